@@ -1,0 +1,48 @@
+"""wal: the Kafka-topic write-ahead log (Spark's ``WriteAheadLog`` contract).
+
+``KafkaWriteAheadLog`` stores records in rolling single-partition segment topics
+(``acks=all``, idempotent producer); ``BatchedWriteAheadLog`` groups concurrent
+writes into one record for the driver's events. See :mod:`wal.kafka_log` and
+:mod:`wal.batched_log` for the numbered durability protocols.
+"""
+
+from wal.base import WriteAheadLog
+from wal.batched_log import BatchedWriteAheadLog, deserialize_batch, serialize_batch
+from wal.config import KafkaWalConfig
+from wal.errors import (
+    CorruptRecordError,
+    RecordNotFoundError,
+    RecordTooLargeError,
+    UnknownRecordVersionError,
+    WalBackpressureError,
+    WalClosedError,
+    WalError,
+    WalReadError,
+    WalWriteError,
+    WalWriteTimeoutError,
+)
+from wal.handle import HANDLE_SCHEMA, RecordHandle
+from wal.kafka_log import KafkaWriteAheadLog
+from wal.reader import WalReader
+
+__all__ = [
+    "HANDLE_SCHEMA",
+    "BatchedWriteAheadLog",
+    "CorruptRecordError",
+    "KafkaWalConfig",
+    "KafkaWriteAheadLog",
+    "RecordHandle",
+    "RecordNotFoundError",
+    "RecordTooLargeError",
+    "UnknownRecordVersionError",
+    "WalBackpressureError",
+    "WalClosedError",
+    "WalError",
+    "WalReadError",
+    "WalReader",
+    "WalWriteError",
+    "WalWriteTimeoutError",
+    "WriteAheadLog",
+    "deserialize_batch",
+    "serialize_batch",
+]

@@ -1,0 +1,57 @@
+"""The write-ahead log contract (Spark's ``WriteAheadLog``), five methods."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from types import TracebackType
+
+from wal.handle import RecordHandle
+
+
+class WriteAheadLog(ABC):
+    """A durable, ordered log of byte records addressed by :class:`RecordHandle`.
+
+    Durability contract shared by every implementation:
+
+    1. ``write`` returns only after the record is durable; if it raises, the
+       caller must treat the record as not stored.
+    2. ``read(handle)`` returns exactly the bytes written, for every handle a
+       ``write`` returned, until ``clean`` drops it.
+    3. ``read_all`` yields every record not yet cleaned, in write order, from any
+       process, including after the writer died.
+    4. ``clean(t)`` drops records written with a time older than ``t``; nothing
+       newer is ever dropped.
+    5. After ``close`` every call raises :class:`~wal.errors.WalClosedError`.
+    """
+
+    @abstractmethod
+    def write(self, record: bytes, time_ms: int) -> RecordHandle:
+        """Store ``record`` durably, stamped with ``time_ms``; return its handle."""
+
+    @abstractmethod
+    def read(self, handle: RecordHandle) -> bytes:
+        """Return the exact bytes stored at ``handle``."""
+
+    @abstractmethod
+    def read_all(self) -> Iterator[bytes]:
+        """Yield every record not yet cleaned, in write order."""
+
+    @abstractmethod
+    def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
+        """Drop records written with a time older than ``thresh_time_ms``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release resources; later calls raise ``WalClosedError``."""
+
+    def __enter__(self) -> WriteAheadLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

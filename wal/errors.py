@@ -1,0 +1,61 @@
+"""Typed errors of the write-ahead log; all derive from :class:`WalError`."""
+
+from __future__ import annotations
+
+from walstream.errors import WalStreamError
+
+
+class WalError(WalStreamError):
+    """Root of every error the ``wal`` package raises."""
+
+
+class WalClosedError(WalError):
+    """The log was closed; no further call is allowed (pending writes fail with this)."""
+
+
+class WalWriteError(WalError):
+    """The broker refused or lost a write. The record must be treated as not stored."""
+
+
+class WalWriteTimeoutError(WalWriteError, TimeoutError):
+    """No acknowledgement arrived within the configured bound (broker down or slow).
+
+    The record must be treated as not stored; it may still appear later, so
+    readers deduplicate by the ids inside records, never by position.
+    """
+
+
+class WalBackpressureError(WalWriteError):
+    """A bounded queue stayed full for longer than its put timeout."""
+
+
+class RecordTooLargeError(WalWriteError):
+    """A record is larger than ``max_record_bytes``; nothing of it was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"record of {size} bytes exceeds the WAL limit max_record_bytes={limit}; "
+            "split it before writing or raise the limit"
+        )
+
+
+class WalReadError(WalError):
+    """A record could not be read back (broker down, timeout)."""
+
+
+class RecordNotFoundError(WalReadError):
+    """No record at this handle: it was cleaned, or the handle is not of this log."""
+
+
+class CorruptRecordError(WalReadError):
+    """Bytes at a handle are not a WAL record of ours, or fail their checksum."""
+
+
+class UnknownRecordVersionError(CorruptRecordError):
+    """A record was written with a schema version this release does not know."""
+
+    def __init__(self, message: str, version: int) -> None:
+        self.version = version
+        super().__init__(message)

@@ -1,0 +1,211 @@
+"""Reading WAL records back from Kafka by handle or whole segments.
+
+Separate from the writer so that PySpark tasks can read blocks by handle with a
+light object (no producer, no admin client). Reading to the end of a segment
+uses the EOF event of a Fetch (``enable.partition.eof``), never ListOffsets'
+high watermark, which the embedded broker gets wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from wal.errors import CorruptRecordError, RecordNotFoundError, WalReadError
+from wal.framing import Reassembler, decode_frame
+from wal.handle import RecordHandle
+
+log = logging.getLogger(__name__)
+
+CorruptHandler = Callable[[CorruptRecordError], None]
+
+_NOT_FOUND_CODES = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.OFFSET_OUT_OF_RANGE,
+    KafkaError._AUTO_OFFSET_RESET,
+}
+
+
+def consumer_config(bootstrap_servers: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """librdkafka settings for assign()-only WAL readers (no group join, no commits)."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": "walstream-wal-reader",  # required by the client; never joined
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",  # a cleaned offset must fail, not jump
+        "fetch.wait.max.ms": 10,
+        "socket.connection.setup.timeout.ms": 10_000,
+        "topic.metadata.refresh.interval.ms": 5_000,
+    }
+    conf.update(extra or {})
+    return conf
+
+
+def _topic_missing(consumer: Consumer, topic: str) -> bool:
+    """True when the broker answers and does not list ``topic``.
+
+    Lists all topics rather than asking for one, since a metadata request for
+    a single unknown topic can auto-create it on some brokers.
+    """
+    try:
+        md = consumer.list_topics(timeout=5)
+    except Exception:
+        return False  # no answer: let the caller's timeout decide
+    return topic not in md.topics
+
+
+def default_corrupt_handler(err: CorruptRecordError) -> None:
+    log.warning("WAL: skipping a corrupt or foreign record: %s", err)
+
+
+class WalReader:
+    """Reads WAL frames back; one Kafka consumer, serialised by a lock."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        timeout_s: float = 30.0,
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
+        self._conf = consumer_config(bootstrap_servers, extra_config)
+        self._timeout_s = timeout_s
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def _get_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._conf)
+        return self._consumer
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+    def read(self, handle: RecordHandle) -> tuple[bytes, int]:
+        """Return ``(record bytes, record time ms)`` stored at ``handle``."""
+        where = f"{handle.topic}[{handle.partition}]@{handle.offset}"
+        with self._lock:
+            consumer = self._get_consumer()
+            consumer.assign([TopicPartition(handle.topic, handle.partition, handle.offset)])
+            try:
+                asm = Reassembler()
+                expected = handle.offset
+                deadline = time.monotonic() + self._timeout_s
+                next_check = time.monotonic() + 1.0
+                while True:
+                    if time.monotonic() > deadline:
+                        raise WalReadError(
+                            f"{where}: no answer within {self._timeout_s}s (broker down?)"
+                        )
+                    msg = consumer.poll(0.2)
+                    if msg is None:
+                        if time.monotonic() > next_check:
+                            # An assign() to a deleted topic waits silently: ask.
+                            next_check = time.monotonic() + 1.0
+                            if _topic_missing(consumer, handle.topic):
+                                raise RecordNotFoundError(f"{where}: topic was cleaned")
+                        continue
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            raise RecordNotFoundError(f"{where}: beyond the end of the log")
+                        if err.code() in _NOT_FOUND_CODES:
+                            raise RecordNotFoundError(f"{where}: not in the log ({err.str()})")
+                        if err.retriable() or err.code() == KafkaError._TRANSPORT:
+                            continue
+                        raise WalReadError(f"{where}: {err.str()}")
+                    if msg.offset() != expected:
+                        raise CorruptRecordError(
+                            f"{where}: expected offset {expected}, broker gave {msg.offset()}"
+                        )
+                    frame = decode_frame(msg.value(), f"{handle.topic}@{msg.offset()}")
+                    record = asm.feed(frame, f"{handle.topic}@{msg.offset()}")
+                    expected += 1
+                    if record is not None:
+                        if expected - handle.offset != handle.chunks:
+                            raise CorruptRecordError(
+                                f"{where}: handle says {handle.chunks} chunks, record has "
+                                f"{expected - handle.offset}"
+                            )
+                        return record, int(msg.timestamp()[1])
+            finally:
+                consumer.unassign()
+
+    def read_segment(
+        self,
+        topic: str,
+        partition: int = 0,
+        min_time_ms: int = -1,
+        on_corrupt: CorruptHandler | None = None,
+        strict: bool = False,
+    ) -> Iterator[tuple[bytes, int, int, int]]:
+        """Yield ``(record, time_ms, first_offset, chunks)`` for every whole record of a topic.
+
+        Records older than ``min_time_ms`` are skipped. A corrupt or foreign
+        record is passed to ``on_corrupt`` and skipped (raised when ``strict``). A
+        trailing record whose chunks stop early belongs to a write that never
+        returned and is skipped. A topic deleted meanwhile simply ends.
+        """
+        report = on_corrupt or default_corrupt_handler
+        consumer = Consumer(self._conf)
+        try:
+            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            asm = Reassembler()
+            first_offset = -1
+            idle_since = time.monotonic()
+            next_check = idle_since + 1.0
+            while True:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    idle = time.monotonic() - idle_since
+                    if time.monotonic() > next_check:
+                        next_check = time.monotonic() + 1.0
+                        if _topic_missing(consumer, topic):
+                            break  # deleted by a clean: nothing more to yield
+                    if idle > self._timeout_s:
+                        raise WalReadError(
+                            f"{topic}: no answer within {self._timeout_s}s (broker down?)"
+                        )
+                    continue
+                idle_since = time.monotonic()
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        break
+                    if err.code() in _NOT_FOUND_CODES:
+                        break  # cleaned while we read: nothing more to yield
+                    if err.retriable() or err.code() == KafkaError._TRANSPORT:
+                        continue
+                    raise WalReadError(f"{topic}: {err.str()}")
+                where = f"{topic}@{msg.offset()}"
+                try:
+                    frame = decode_frame(msg.value(), where)
+                    if not asm.pending:
+                        first_offset = msg.offset()
+                    record = asm.feed(frame, where)
+                except CorruptRecordError as exc:
+                    if strict:
+                        raise
+                    report(exc)
+                    continue
+                if record is None:
+                    continue
+                ts = int(msg.timestamp()[1])
+                if ts >= min_time_ms:
+                    yield record, ts, first_offset, msg.offset() - first_offset + 1
+            if asm.pending:
+                log.info("WAL: %s ends with an incomplete record from %s "
+                         "(its write never returned); skipped", topic, asm.reset())
+        finally:
+            consumer.close()

@@ -1,0 +1,93 @@
+"""The ``walstream`` command line.
+
+``walstream broker start [--durable] [--port N]`` prints the bootstrap address as
+its last line; ``walstream broker status``; ``walstream broker stop``.
+Errors this project raises on purpose print as one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from walstream import broker
+from walstream.errors import WalStreamError
+
+
+def _home(args: argparse.Namespace) -> Path:
+    return Path(args.home) if args.home else broker.default_home()
+
+
+def _broker_start(args: argparse.Namespace) -> int:
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        print("KAFKA_BOOTSTRAP_SERVERS is set: using that cluster, starting nothing")
+        print(os.environ["KAFKA_BOOTSTRAP_SERVERS"].strip())
+        return 0
+    port = args.port
+    if port is None and os.environ.get("WALSTREAM_BROKER_PORT"):
+        port = int(os.environ["WALSTREAM_BROKER_PORT"])
+    state = broker.start(_home(args), port=port, durable=args.durable)
+    kind = "durable (s3 over moto)" if state.durable else "in-memory"
+    print(f"embedded broker running: pid {state.pid}, {kind}, log {state.log_path}")
+    print(state.bootstrap)
+    return 0
+
+
+def _broker_status(args: argparse.Namespace) -> int:
+    state = broker.read_state(_home(args))
+    if state is None:
+        print("embedded broker: not running")
+        return 1
+    alive = state.broker_alive()
+    store = ""
+    if state.durable:
+        store = f", S3 store pid {state.store_pid} {'up' if state.store_alive() else 'DOWN'}"
+    print(f"embedded broker: {'running' if alive else 'DEAD'} pid {state.pid}{store}")
+    print(state.bootstrap)
+    return 0 if alive else 1
+
+
+def _broker_stop(args: argparse.Namespace) -> int:
+    stopped = broker.stop(_home(args))
+    print("embedded broker stopped" if stopped else "embedded broker: nothing to stop")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="walstream", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("broker", help="manage the embedded Kafka-protocol broker (Tansu)")
+    bsub = b.add_subparsers(dest="action", required=True)
+    for name, fn, help_ in (
+        ("start", _broker_start, "start detached (idempotent); prints the bootstrap address"),
+        ("status", _broker_status, "show whether it runs; exit 1 when not"),
+        ("stop", _broker_stop, "stop the broker and its store, and wait for them"),
+    ):
+        p = bsub.add_parser(name, help=help_)
+        p.add_argument("--home", help="state directory (default $WALSTREAM_HOME or ~/.walstream)")
+        p.set_defaults(fn=fn)
+        if name == "start":
+            p.add_argument("--port", type=int, default=None, help="listen port (default 19092)")
+            p.add_argument(
+                "--durable", action="store_true", help="survive a SIGKILL of the broker"
+            )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except WalStreamError as exc:
+        print(f"walstream: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""pytest fixtures shared by ``tests/`` and ``integration_tests/`` (a pytest plugin).
+
+Broker choice, in order: ``KAFKA_BOOTSTRAP_SERVERS`` (an external cluster), a
+testcontainers Kafka when a Docker engine answers, else the embedded Tansu
+broker started for the session in a private home directory and stopped at the
+end, also when tests fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from walstream import broker as embedded
+from walstream import procs
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    bootstrap: str
+    kind: str  # "external" | "testcontainers" | "embedded"
+    home: Path | None = None
+
+
+def docker_available() -> tuple[bool, str]:
+    """Whether a Docker engine answers; with the reason when it does not."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        client.close()
+        return True, "Docker engine answers"
+    except Exception as exc:
+        return False, f"no Docker engine answers ({type(exc).__name__}: {exc})"
+
+
+@contextlib.contextmanager
+def _testcontainers_kafka() -> Iterator[str]:
+    from testcontainers.kafka import KafkaContainer
+
+    with KafkaContainer() as kafka:
+        yield kafka.get_bootstrap_server()
+
+
+@contextlib.contextmanager
+def embedded_broker(home: Path, durable: bool = False) -> Iterator[KafkaBroker]:
+    """Start an embedded broker in ``home`` on a free port; always stop it."""
+    try:
+        state = embedded.start(home, port=procs.free_port(), durable=durable)
+        yield KafkaBroker(state.bootstrap, "embedded", home)
+    finally:
+        embedded.stop(home)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if external:
+        yield KafkaBroker(external, "external")
+        return
+    if os.environ.get("WALSTREAM_TEST_DOCKER", "1") != "0" and docker_available()[0]:
+        with _testcontainers_kafka() as bootstrap:
+            yield KafkaBroker(bootstrap, "testcontainers")
+        return
+    with embedded_broker(tmp_path_factory.mktemp("broker-home")) as b:
+        yield b
+
+
+@pytest.fixture
+def bootstrap(broker: KafkaBroker) -> str:
+    return broker.bootstrap
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Names that no other test (or earlier run on an external cluster) uses."""
+
+    def make(base: str = "") -> str:
+        stem = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+        return f"t-{stem}-{base}-{uuid.uuid4().hex[:8]}".replace("--", "-").strip("-")
+
+    return make
+
+
+@pytest.fixture
+def topic_factory(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator[
+    Callable[..., str]
+]:
+    """Create topics explicitly (Tansu's auto-create gives 4 partitions); delete after."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created: list[str] = []
+
+    def make(base: str = "topic", partitions: int = 1) -> str:
+        name = unique_name(base)
+        futures = admin.create_topics([NewTopic(name, partitions, -1)])
+        futures[name].result(timeout=30)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        for f in admin.delete_topics(created).values():
+            with contextlib.suppress(Exception):
+                f.result(timeout=30)
