@@ -71,7 +71,7 @@ class _Ack:
                 if err is not None:
                     self.error = self.error or err
                 else:
-                    self.offsets[index] = msg.offset()
+                    self.offsets[index] = int(msg.offset() or 0)
                 self.remaining -= 1
                 if self.remaining == 0:
                     self.done.set()

@@ -188,11 +188,12 @@ class WalReader:
                     if err.retriable() or err.code() == KafkaError._TRANSPORT:
                         continue
                     raise WalReadError(f"{topic}: {err.str()}")
-                where = f"{topic}@{msg.offset()}"
+                offset = int(msg.offset() or 0)
+                where = f"{topic}@{offset}"
                 try:
                     frame = decode_frame(msg.value(), where)
                     if not asm.pending:
-                        first_offset = msg.offset()
+                        first_offset = offset
                     record = asm.feed(frame, where)
                 except CorruptRecordError as exc:
                     if strict:
@@ -203,7 +204,7 @@ class WalReader:
                     continue
                 ts = int(msg.timestamp()[1])
                 if ts >= min_time_ms:
-                    yield record, ts, first_offset, msg.offset() - first_offset + 1
+                    yield record, ts, first_offset, offset - first_offset + 1
             if asm.pending:
                 log.info("WAL: %s ends with an incomplete record from %s "
                          "(its write never returned); skipped", topic, asm.reset())

@@ -222,7 +222,8 @@ def start(home: Path | None = None, port: int | None = None, durable: bool = Fal
         if state.broker_alive() and kafka_ready(state.bootstrap, 10.0):
             return state
         if state.durable and state.store_alive() and not state.broker_alive():
-            if not procs.port_free(HOST, state.port):
+            # A killed broker's socket outlives its cmdline for a moment: wait for it.
+            if not _wait_port_free(state.port, 5.0):
                 raise BrokerPortBusyError(
                     f"port {state.port} of the durable broker is taken by another process"
                 )
@@ -275,9 +276,21 @@ def kill_broker_only(home: Path | None = None) -> BrokerState:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(state.pid, 9)
     deadline = time.monotonic() + 10
-    while state.broker_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # pid_alive, not broker_alive: an exiting process loses its cmdline before its
+    # sockets; then wait until the port is really free.
+    while procs.pid_alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _wait_port_free(state.port, max(0.1, deadline - time.monotonic()))
     return state
+
+
+def _wait_port_free(port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not procs.port_free(HOST, port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def stop(home: Path | None = None) -> bool:
@@ -297,6 +310,7 @@ def stop(home: Path | None = None) -> bool:
         procs.terminate(state.pid)
     if state.store_alive():
         procs.terminate(state.store_pid)
+    _wait_port_free(state.port, 5.0)
     (home / STATE_FILE).unlink(missing_ok=True)
     return True
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from walstream import broker
-from walstream.errors import WalStreamError
+from walstream.errors import ConfigError, WalStreamError
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -28,7 +28,10 @@ def _broker_start(args: argparse.Namespace) -> int:
         return 0
     port = args.port
     if port is None and os.environ.get("WALSTREAM_BROKER_PORT"):
-        port = int(os.environ["WALSTREAM_BROKER_PORT"])
+        raw = os.environ["WALSTREAM_BROKER_PORT"]
+        if not raw.isdigit() or not 0 < int(raw) < 65536:
+            raise ConfigError(f"WALSTREAM_BROKER_PORT must be a port number, got {raw!r}")
+        port = int(raw)
     state = broker.start(_home(args), port=port, durable=args.durable)
     kind = "durable (s3 over moto)" if state.durable else "in-memory"
     print(f"embedded broker running: pid {state.pid}, {kind}, log {state.log_path}")

@@ -1,0 +1,47 @@
+# Two commands on a fresh machine (Python 3.11+, Java 17, make):
+#   make demo   set up .venv, start the embedded broker, run the demo pipeline
+#   make test   set up .venv, run lint + the whole test suite (unit + integration)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+
+.PHONY: setup demo test unit integration lint bench clean prereqs
+
+prereqs:
+	@scripts/check-prereqs.sh $(PYTHON)
+
+# Idempotent and fast when nothing changed: reinstalls only when pyproject.toml does.
+$(STAMP): pyproject.toml | prereqs
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+setup: prereqs $(STAMP)
+
+demo: setup
+	$(BIN)/python examples/demo_wordcount.py --seconds $${DEMO_SECONDS:-20}
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: setup lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+integration: setup
+	$(BIN)/pytest integration_tests $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench.wal_bench --size full --out bench/RESULTS-wal.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,1 @@
+"""Benchmarks of walstream (run as ``python -m bench.<name>`` from the repo root)."""

@@ -1,0 +1,221 @@
+"""Helpers shared by the benchmarks: the broker, topics, statistics, machine facts, Markdown.
+
+Nothing here talks to anything but the broker given by ``KAFKA_BOOTSTRAP_SERVERS``
+or an embedded Tansu broker on 127.0.0.1 that :func:`bench_broker` always stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+# -- statistics -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Median, min and max of one measure over repeated runs."""
+
+    median: float
+    min: float
+    max: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        if not values:
+            raise ValueError("no values")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def fmt(self, digits: int = 1) -> str:
+        """``median [min, max]``."""
+        return f"{self.median:.{digits}f} [{self.min:.{digits}f}, {self.max:.{digits}f}]"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of unsorted ``values``."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100), at least 1
+    return float(ordered[min(len(ordered), int(rank)) - 1])
+
+
+# -- machine ----------------------------------------------------------------------
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable ({type(exc).__name__})"
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else "unavailable"
+
+
+def _meminfo_gib() -> str:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    return "unknown"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _git_revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    rev = _first_line(["git", "-C", str(root), "rev-parse", "--short", "HEAD"])
+    try:
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "wal", "walstream"],
+            capture_output=True, text=True, timeout=20, check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        dirty = ""
+    return f"{rev} (wal/ or walstream/ modified in the work tree)" if dirty else rev
+
+
+def machine_info(broker_description: str) -> dict[str, str]:
+    """Facts that make a result comparable: hardware, runtimes, client and broker versions."""
+    import confluent_kafka
+    import fastavro
+
+    return {
+        "CPU": f"{os.cpu_count()} cores, {_cpu_model()}",
+        "Memory": _meminfo_gib(),
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": f"{platform.python_implementation()} {platform.python_version()}",
+        "Java": _first_line(["java", "-version"]),
+        "Broker": broker_description,
+        "confluent-kafka / librdkafka": (
+            f"{confluent_kafka.__version__} / {confluent_kafka.libversion()[0]}"
+        ),
+        "fastavro": fastavro.__version__,
+        "Code": f"git {_git_revision()}",
+    }
+
+
+def rss_mib(pid: int) -> float | None:
+    """Resident memory of ``pid`` in MiB (None when unreadable)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+# -- broker -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchBroker:
+    bootstrap: str
+    description: str
+    pid: int = 0  # of an embedded broker; 0 for an external cluster
+
+
+@contextlib.contextmanager
+def bench_broker() -> Iterator[BenchBroker]:
+    """``KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded in-memory Tansu (always stopped)."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if external:
+        yield BenchBroker(external, f"external cluster at {external} (KAFKA_BOOTSTRAP_SERVERS)")
+        return
+    from walstream import broker as embedded
+    from walstream.testing.fixtures import embedded_broker
+
+    version = _first_line([str(embedded.tansu_binary()), "--version"])  # "tansu 0.6.0"
+    version = version.replace("tansu", "Tansu", 1)
+    with tempfile.TemporaryDirectory(prefix="walstream-bench-") as tmp, embedded_broker(
+        Path(tmp), durable=False
+    ) as b:
+        state = embedded.read_state(Path(tmp))
+        pid = state.pid if state is not None else 0
+        yield BenchBroker(b.bootstrap, f"{version} memory:// (embedded, {b.bootstrap})", pid)
+
+
+def admin_client(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 10_000}
+    )
+
+
+def create_topic(admin: Any, topic: str, partitions: int = 1, timeout_s: float = 30.0) -> None:
+    """Create ``topic`` and wait; the caller keeps ``admin`` referenced meanwhile."""
+    from confluent_kafka.admin import NewTopic
+
+    futures = admin.create_topics([NewTopic(topic, partitions, -1)], operation_timeout=timeout_s)
+    futures[topic].result(timeout=timeout_s)
+
+
+def delete_topics(admin: Any, topics: Sequence[str], timeout_s: float = 30.0) -> None:
+    """Delete ``topics`` and wait; a topic that is already gone is fine."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if not topics:
+        return
+    futures = admin.delete_topics(list(topics), operation_timeout=timeout_s)
+    for f in futures.values():
+        try:
+            f.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if not exc.args or exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+
+
+def topics_with_prefix(admin: Any, prefix: str, timeout_s: float = 30.0) -> list[str]:
+    return sorted(t for t in admin.list_topics(timeout=timeout_s).topics if t.startswith(prefix))
+
+
+# -- process ----------------------------------------------------------------------
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so ``finally`` blocks (stopping the broker) run."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- Markdown ---------------------------------------------------------------------
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def md_facts(facts: dict[str, str]) -> str:
+    return md_table(["", ""], [[f"**{k}**", v] for k, v in facts.items()])

@@ -1,0 +1,21 @@
+"""Typed errors of the driver side; all derive from :class:`DriverError`."""
+
+from __future__ import annotations
+
+from walstream.errors import WalStreamError
+
+
+class DriverError(WalStreamError):
+    """Root of every error the ``driver`` package raises."""
+
+
+class TrackerWriteError(DriverError):
+    """A tracker event could not be logged; the tracker's state did not change."""
+
+
+class UnknownReceiverError(DriverError):
+    """A message came from a receiver that is not registered (or was deregistered)."""
+
+
+class JobFailedError(DriverError):
+    """A batch job failed; raised from ``awaitTermination`` with the original error text."""

@@ -1,0 +1,98 @@
+"""The tracker's three event types, frozen, and their versioned Avro encoding.
+
+Every change of :class:`~driver.received_block_tracker.ReceivedBlockTracker`
+state is one of these, logged to the driver WAL before memory changes; replay
+applies them in one place (``ReceivedBlockTracker._apply``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from receiver.block_info import BLOCK_INFO_SCHEMA, ReceivedBlockInfo
+from walstream.avro_codec import VersionedCodec
+
+_STREAM_BLOCKS = {
+    "type": "record",
+    "name": "StreamBlocks",
+    "fields": [
+        {"name": "stream_id", "type": "int"},
+        {"name": "blocks",
+         "type": {"type": "array", "items": "walstream.driver.ReceivedBlockInfo"}},
+    ],
+}
+
+EVENT_SCHEMA_V1: dict[str, Any] = {
+    "type": "record",
+    "name": "TrackerEvent",
+    "namespace": "walstream.driver.v1",
+    "fields": [
+        {"name": "kind", "type": {"type": "enum", "name": "EventKind",
+                                  "symbols": ["BLOCK_ADDITION", "BATCH_ALLOCATION",
+                                              "BATCH_CLEANUP"]}},
+        {"name": "block", "type": ["null", BLOCK_INFO_SCHEMA], "default": None},
+        {"name": "batch_time_ms", "type": "long", "default": -1},
+        {"name": "allocated", "type": {"type": "array", "items": _STREAM_BLOCKS}, "default": []},
+        {"name": "cleanup_times_ms", "type": {"type": "array", "items": "long"}, "default": []},
+    ],
+}
+
+EVENT_CODEC = VersionedCodec("tracker event", b"WSEV", {1: EVENT_SCHEMA_V1})
+
+AllocatedBlocks = dict[int, tuple[ReceivedBlockInfo, ...]]
+
+
+@dataclass(frozen=True)
+class BlockAddition:
+    block: ReceivedBlockInfo
+
+
+@dataclass(frozen=True)
+class BatchAllocation:
+    batch_time_ms: int
+    blocks: tuple[tuple[int, tuple[ReceivedBlockInfo, ...]], ...]
+
+    def as_map(self) -> AllocatedBlocks:
+        return dict(self.blocks)
+
+
+@dataclass(frozen=True)
+class BatchCleanup:
+    batch_times_ms: tuple[int, ...]
+
+
+TrackerEvent = BlockAddition | BatchAllocation | BatchCleanup
+
+
+def encode_event(event: TrackerEvent) -> bytes:
+    datum: dict[str, Any] = {"block": None, "batch_time_ms": -1, "allocated": [],
+                             "cleanup_times_ms": []}
+    if isinstance(event, BlockAddition):
+        datum.update(kind="BLOCK_ADDITION", block=event.block.to_dict())
+    elif isinstance(event, BatchAllocation):
+        datum.update(
+            kind="BATCH_ALLOCATION",
+            batch_time_ms=event.batch_time_ms,
+            allocated=[{"stream_id": s, "blocks": [b.to_dict() for b in blocks]}
+                       for s, blocks in event.blocks],
+        )
+    else:
+        datum.update(kind="BATCH_CLEANUP", cleanup_times_ms=list(event.batch_times_ms))
+    return EVENT_CODEC.encode(datum)
+
+
+def decode_event(data: bytes) -> TrackerEvent:
+    """Decode one event; raises CorruptDataError / UnknownSchemaVersionError."""
+    _, d = EVENT_CODEC.decode(data)
+    kind = d["kind"]
+    if kind == "BLOCK_ADDITION":
+        return BlockAddition(ReceivedBlockInfo.from_dict(d["block"]))
+    if kind == "BATCH_ALLOCATION":
+        return BatchAllocation(
+            int(d["batch_time_ms"]),
+            tuple((int(sb["stream_id"]), tuple(ReceivedBlockInfo.from_dict(b)
+                                               for b in sb["blocks"]))
+                  for sb in d["allocated"]),
+        )
+    return BatchCleanup(tuple(int(t) for t in d["cleanup_times_ms"]))

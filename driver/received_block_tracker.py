@@ -1,0 +1,250 @@
+"""ReceivedBlockTracker: which blocks are unallocated, which belong to which batch.
+
+Log-before-mutate protocol (DESIGN.md invariant 3), for every change:
+
+1. Build the event from the current state *without changing it*.
+2. Write the event to the driver WAL and wait until it is durable.
+3. Only then apply it to memory, through :meth:`_apply`, the same code replay
+   uses. If step 2 raises, the state is exactly as before (the fix for
+   SPARK-23991, where a failed allocation write had already dequeued blocks).
+
+Replay (a tracker created over an existing WAL) applies every logged event with
+:meth:`_apply` in log order and ends in the state the dead tracker had. It is
+exact and idempotent: a block added twice is kept once; an allocation takes
+exactly the blocks it names from the queues (SPARK-23438 cleared whole queues;
+SPARK-5233 mixed leftover blocks into new batches); an allocation logged again
+(a write that timed out and then landed) is applied once, and a block that a
+later allocation names again belongs to that later batch, which is what the
+live tracker ran after the earlier write failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from driver.errors import TrackerWriteError
+from driver.events import (
+    AllocatedBlocks,
+    BatchAllocation,
+    BatchCleanup,
+    BlockAddition,
+    TrackerEvent,
+    decode_event,
+    encode_event,
+)
+from receiver.block_info import ReceivedBlockInfo
+from wal.base import WriteAheadLog
+from wal.errors import WalError
+from walstream.errors import CorruptDataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrackerState:
+    """A plain, comparable snapshot of the tracker (for tests and ``walstream inspect``)."""
+
+    unallocated: tuple[tuple[int, tuple[ReceivedBlockInfo, ...]], ...]
+    allocated: tuple[tuple[int, tuple[tuple[int, tuple[ReceivedBlockInfo, ...]], ...]], ...]
+    last_allocated_batch_time_ms: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unallocated": {str(s): [b.block_id for b in bs] for s, bs in self.unallocated},
+            "allocated": {
+                str(t): {str(s): [b.block_id for b in bs] for s, bs in streams}
+                for t, streams in self.allocated
+            },
+            "last_allocated_batch_time_ms": self.last_allocated_batch_time_ms,
+        }
+
+
+class ReceivedBlockTracker:
+    """Spark's ReceivedBlockTracker with a Kafka WAL (PEP 8 method names).
+
+    Thread-safe: one lock serialises changes, so the order of events in the log
+    is the order in which they changed memory.
+    """
+
+    def __init__(
+        self,
+        stream_ids: Iterable[int],
+        wal: WriteAheadLog | None,
+        recover_from_wal: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._wal = wal
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._unallocated: dict[int, OrderedDict[str, ReceivedBlockInfo]] = {
+            s: OrderedDict() for s in stream_ids
+        }
+        self._allocated: dict[int, AllocatedBlocks] = {}
+        self._last_allocated: int | None = None
+        self._known: set[str] = set()  # ids of blocks unallocated or allocated, not cleaned
+        self.corrupt_events = 0
+        if wal is not None and recover_from_wal:
+            self._recover()
+
+    # -- the log-before-mutate step ------------------------------------------------
+
+    def _log(self, event: TrackerEvent) -> bool:
+        """Write ``event``; True when durable (or when there is no WAL)."""
+        if self._wal is None:
+            return True
+        try:
+            self._wal.write(encode_event(event), int(self._clock() * 1000))
+            return True
+        except WalError as exc:
+            log.error("tracker: could not log %s: %s", type(event).__name__, exc)
+            return False
+
+    def _apply(self, event: TrackerEvent) -> None:
+        """The one place state changes, live and during replay."""
+        if isinstance(event, BlockAddition):
+            b = event.block
+            if b.block_id in self._known:
+                return  # a re-reported or re-logged block is kept once
+            self._unallocated.setdefault(b.stream_id, OrderedDict())[b.block_id] = b
+            self._known.add(b.block_id)
+        elif isinstance(event, BatchAllocation):
+            t = event.batch_time_ms
+            if t in self._allocated:
+                return
+            blocks = event.as_map()
+            for stream_id, infos in blocks.items():
+                queue = self._unallocated.setdefault(stream_id, OrderedDict())
+                for info in infos:
+                    queue.pop(info.block_id, None)  # exactly the named blocks
+                    self._known.add(info.block_id)
+                    self._take_from_earlier_batch(t, stream_id, info.block_id)
+            self._allocated[t] = blocks
+            if self._last_allocated is None or t > self._last_allocated:
+                self._last_allocated = t
+        else:
+            for t in event.batch_times_ms:
+                for infos in self._allocated.pop(t, {}).values():
+                    self._known.difference_update(i.block_id for i in infos)
+
+    def _take_from_earlier_batch(self, t: int, stream_id: int, block_id: str) -> None:
+        for other_t, streams in list(self._allocated.items()):
+            infos = streams.get(stream_id, ())
+            if other_t != t and any(i.block_id == block_id for i in infos):
+                streams[stream_id] = tuple(i for i in infos if i.block_id != block_id)
+                if not any(streams.values()):
+                    del self._allocated[other_t]  # an allocation whose write had failed
+
+    def _recover(self) -> None:
+        assert self._wal is not None
+        count = 0
+        for data in self._wal.read_all():
+            try:
+                event = decode_event(data)
+            except CorruptDataError as exc:
+                self.corrupt_events += 1
+                log.error("tracker: skipping an undecodable event during recovery: %s", exc)
+                continue
+            self._apply(event)
+            count += 1
+        log.info("tracker: recovered from %d events: %s", count, self._summary())
+
+    def _summary(self) -> str:
+        n = sum(len(q) for q in self._unallocated.values())
+        return (f"{n} unallocated blocks, {len(self._allocated)} allocated batches, "
+                f"last allocated {self._last_allocated}")
+
+    # -- Spark's API ---------------------------------------------------------------
+
+    def add_block(self, info: ReceivedBlockInfo) -> bool:
+        """Log then queue a reported block; True only once it is durable."""
+        with self._lock:
+            if info.block_id in self._known:
+                return True  # already durable: a retried report
+            event = BlockAddition(info)
+            if not self._log(event):
+                return False
+            self._apply(event)
+            return True
+
+    def allocate_blocks_to_batch(self, batch_time_ms: int) -> None:
+        """Give every unallocated block to ``batch_time_ms`` (logged first).
+
+        A time at or before the last allocated one does nothing. Raises
+        :class:`TrackerWriteError` when the event could not be logged; the
+        blocks then stay unallocated for the next batch.
+        """
+        with self._lock:
+            if self._last_allocated is not None and batch_time_ms <= self._last_allocated:
+                log.info("tracker: batch %d already allocated (last %d); skipping",
+                         batch_time_ms, self._last_allocated)
+                return
+            blocks = tuple(
+                (s, tuple(q.values())) for s, q in sorted(self._unallocated.items())
+            )
+            event = BatchAllocation(batch_time_ms, blocks)
+            if not self._log(event):
+                raise TrackerWriteError(
+                    f"could not log the allocation of batch {batch_time_ms}; its blocks stay "
+                    "queued for the next batch"
+                )
+            self._apply(event)
+
+    def get_blocks_of_batch(self, batch_time_ms: int) -> AllocatedBlocks:
+        with self._lock:
+            return dict(self._allocated.get(batch_time_ms, {}))
+
+    def get_blocks_of_batch_and_stream(
+        self, batch_time_ms: int, stream_id: int
+    ) -> tuple[ReceivedBlockInfo, ...]:
+        with self._lock:
+            return tuple(self._allocated.get(batch_time_ms, {}).get(stream_id, ()))
+
+    def get_unallocated_blocks(self, stream_id: int) -> list[ReceivedBlockInfo]:
+        with self._lock:
+            return list(self._unallocated.get(stream_id, {}).values())
+
+    def has_unallocated_blocks(self) -> bool:
+        with self._lock:
+            return any(self._unallocated.values())
+
+    def allocated_batch_times(self) -> list[int]:
+        with self._lock:
+            return sorted(self._allocated)
+
+    @property
+    def last_allocated_batch_time_ms(self) -> int | None:
+        return self._last_allocated
+
+    def cleanup_old_batches(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
+        """Forget batches older than the threshold (logged first), then clean the WAL."""
+        with self._lock:
+            times = tuple(sorted(t for t in self._allocated if t < thresh_time_ms))
+            event = BatchCleanup(times)
+            if not self._log(event):
+                raise TrackerWriteError(f"could not log the cleanup of batches {times}")
+            self._apply(event)
+        if self._wal is not None:
+            self._wal.clean(thresh_time_ms, wait_for_completion)
+
+    def state(self) -> TrackerState:
+        with self._lock:
+            return TrackerState(
+                unallocated=tuple(
+                    (s, tuple(q.values())) for s, q in sorted(self._unallocated.items()) if q
+                ),
+                allocated=tuple(
+                    (t, tuple(sorted((s, tuple(bs)) for s, bs in streams.items())))
+                    for t, streams in sorted(self._allocated.items())
+                ),
+                last_allocated_batch_time_ms=self._last_allocated,
+            )
+
+    def stop(self) -> None:
+        if self._wal is not None:
+            self._wal.close()

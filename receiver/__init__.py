@@ -1,0 +1,40 @@
+"""receiver: the executor side of ingestion (Spark's Receiver, BlockGenerator, supervisor).
+
+Data a :class:`Receiver` stores is cut into blocks by a :class:`BlockGenerator`;
+the :class:`ReceiverSupervisor` writes each block to a Kafka WAL, reports it to
+the driver, and only then lets the receiver acknowledge its source.
+"""
+
+from receiver.block import Block, SourceRange
+from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from receiver.errors import (
+    BadRecordError,
+    BlockGeneratorStoppedError,
+    BlockReportError,
+    BlockStoreError,
+    ReceiverError,
+    ReceiverRefusedError,
+)
+from receiver.kafka_receiver import KafkaReceiver
+from receiver.rate_limiter import RateLimiter
+from receiver.receiver import Receiver
+from receiver.supervisor import BlockReporter, ReceiverSupervisor, SupervisorConfig
+
+__all__ = [
+    "BadRecordError",
+    "Block",
+    "BlockGenerator",
+    "BlockGeneratorConfig",
+    "BlockGeneratorStoppedError",
+    "BlockReportError",
+    "BlockReporter",
+    "BlockStoreError",
+    "KafkaReceiver",
+    "RateLimiter",
+    "Receiver",
+    "ReceiverError",
+    "ReceiverRefusedError",
+    "ReceiverSupervisor",
+    "SourceRange",
+    "SupervisorConfig",
+]

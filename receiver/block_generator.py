@@ -1,0 +1,272 @@
+"""BlockGenerator: cut received items into blocks every block interval.
+
+Protocol (as Spark's BlockGenerator, with a real bound on memory):
+
+1. ``add_data`` waits for the rate limiter, then for room: when the queue of
+   blocks waiting to be pushed is full *and* the current buffer reached its
+   block size cap, the caller blocks. This is the receiver's backpressure: a
+   slow WAL or driver slows ``store``, it never grows memory without bound.
+2. Every ``block_interval_ms`` (or earlier when the buffer reaches
+   ``max_block_records``) the timer swaps the buffer for a new one and puts a
+   block on the bounded queue (``on_generate_block`` runs inside the swap, so
+   a listener can snapshot per-block source positions exactly).
+3. The pushing thread takes blocks in order and calls ``on_push_block``; the
+   supervisor stores the block in the WAL and reports it there.
+4. ``stop()``: stop accepting data, cut a last block, push every queued block,
+   then return. Nothing added before ``stop`` is lost.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from receiver.errors import BlockGeneratorStoppedError
+from receiver.rate_limiter import RateLimiter
+from walstream.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BlockGeneratorConfig:
+    """``block_interval_ms`` (Spark's spark.streaming.blockInterval, 200 ms),
+    ``queue_size`` (spark.streaming.blockQueueSize, 10 blocks),
+    ``rate_limit`` records/s (spark.streaming.receiver.maxRate; 0 = unlimited),
+    ``max_block_records`` cap of one block, ``put_timeout_s`` bound on how long
+    ``add_data`` may block before raising (0 = wait for ever, as Spark does)."""
+
+    block_interval_ms: int = 200
+    queue_size: int = 10
+    rate_limit: float = 0.0
+    max_block_records: int = 100_000
+    put_timeout_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.block_interval_ms < 1:
+            raise ConfigError("block_interval_ms must be >= 1")
+        if self.queue_size < 1:
+            raise ConfigError("queue_size must be >= 1")
+        if self.rate_limit < 0:
+            raise ConfigError("rate_limit must be >= 0")
+        if self.max_block_records < 1:
+            raise ConfigError("max_block_records must be >= 1")
+        if self.put_timeout_s < 0:
+            raise ConfigError("put_timeout_s must be >= 0")
+
+
+class BlockGeneratorListener(Protocol):
+    """Spark's BlockGeneratorListener hooks (PEP 8 names).
+
+    ``on_add_data`` and ``on_generate_block`` run under the generator's lock, so
+    together they see every item exactly once and in order: the place to track
+    source positions per block. ``on_push_block`` runs on the pushing thread.
+    """
+
+    def on_add_data(self, data: Any, metadata: Any) -> None: ...
+
+    def on_generate_block(self, block_id: str) -> None: ...
+
+    def on_push_block(self, block_id: str, records: list[Any]) -> None: ...
+
+    def on_error(self, message: str, error: BaseException) -> None: ...
+
+
+class _State(enum.Enum):
+    INITIALIZED = 0
+    ACTIVE = 1
+    STOPPED_ADDING_DATA = 2
+    STOPPED_GENERATING_BLOCKS = 3
+    STOPPED_ALL = 4
+
+
+def new_block_id(stream_id: int) -> str:
+    return f"input-{stream_id}-{uuid.uuid4().hex}"
+
+
+class BlockGenerator:
+    def __init__(
+        self,
+        listener: BlockGeneratorListener,
+        stream_id: int,
+        config: BlockGeneratorConfig | None = None,
+    ) -> None:
+        self.listener = listener
+        self.stream_id = stream_id
+        self.config = config or BlockGeneratorConfig()
+        self._limiter = RateLimiter(self.config.rate_limit)
+        self._cond = threading.Condition()
+        self._buffer: list[Any] = []
+        self._queue: queue.Queue[tuple[str, list[Any]] | None] = queue.Queue(self.config.queue_size)
+        self._state = _State.INITIALIZED
+        self._timer = threading.Thread(target=self._timer_loop, name="block-timer", daemon=True)
+        self._pusher = threading.Thread(target=self._push_loop, name="block-pusher", daemon=True)
+        self.blocks_generated = 0
+        self.records_added = 0
+        self.failed: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            if self._state is not _State.INITIALIZED:
+                raise BlockGeneratorStoppedError(f"cannot start a generator in {self._state.name}")
+            self._state = _State.ACTIVE
+        self._timer.start()
+        self._pusher.start()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop accepting data, cut the last block, push every queued block."""
+        with self._cond:
+            if self._state is not _State.ACTIVE:
+                return
+            self._state = _State.STOPPED_ADDING_DATA
+            self._cond.notify_all()
+        self._timer.join(timeout_s)  # it cuts the last block and exits
+        self._pusher.join(timeout_s)  # it drains the queue and exits
+        with self._cond:
+            self._state = _State.STOPPED_ALL
+
+    def is_active(self) -> bool:
+        return self._state is _State.ACTIVE
+
+    def is_stopped(self) -> bool:
+        return self._state is _State.STOPPED_ALL
+
+    def update_rate(self, rate: float) -> None:
+        self._limiter.update_rate(rate)
+
+    @property
+    def rate_limit(self) -> float:
+        return self._limiter.rate
+
+    # -- adding data -------------------------------------------------------------
+
+    def add_data(self, data: Any, metadata: Any = None) -> None:
+        """Add one item (Spark's addData / addDataWithCallback)."""
+        self._limiter.acquire(1)
+        with self._cond:
+            self._wait_for_room(1)
+            self._buffer.append(data)
+            self.records_added += 1
+            self.listener.on_add_data(data, metadata)
+
+    def add_multiple_data(self, items: Iterable[Any], metadata: Any = None) -> None:
+        """Add items that must land in one block together (addMultipleDataWithCallback)."""
+        batch = list(items)
+        self._limiter.acquire(len(batch))
+        with self._cond:
+            self._wait_for_room(len(batch))
+            self._buffer.extend(batch)
+            self.records_added += len(batch)
+            self.listener.on_add_data(batch, metadata)
+
+    def add_metadata_only(self, metadata: Any) -> None:
+        """Record a source position with no data (a skipped bad record), in order."""
+        with self._cond:
+            if self._state is not _State.ACTIVE:
+                raise BlockGeneratorStoppedError(
+                    f"block generator of stream {self.stream_id} no longer accepts data"
+                )
+            self.listener.on_add_data(None, metadata)
+
+    def _wait_for_room(self, n: int) -> None:
+        deadline = (
+            time.monotonic() + self.config.put_timeout_s if self.config.put_timeout_s else None
+        )
+        while True:
+            if self._state is not _State.ACTIVE:
+                raise BlockGeneratorStoppedError(
+                    f"block generator of stream {self.stream_id} no longer accepts data "
+                    f"({self._state.name})"
+                )
+            if len(self._buffer) + n <= self.config.max_block_records or not self._buffer:
+                return
+            self._cond.notify_all()  # ask the timer to cut a block early
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise BlockGeneratorStoppedError(
+                    f"stream {self.stream_id}: blocked on a full block queue for "
+                    f"{self.config.put_timeout_s}s (the WAL or driver is not keeping up)"
+                )
+            self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
+
+    # -- threads -----------------------------------------------------------------
+
+    def _cut(self) -> tuple[str, list[Any]] | None:
+        """Swap the buffer for a new one (caller holds the lock)."""
+        if not self._buffer:
+            return None
+        block_id = new_block_id(self.stream_id)
+        records, self._buffer = self._buffer, []
+        self.listener.on_generate_block(block_id)
+        self.blocks_generated += 1
+        self._cond.notify_all()
+        return block_id, records
+
+    def _timer_loop(self) -> None:
+        interval = self.config.block_interval_ms / 1000.0
+        next_cut = time.monotonic() + interval
+        try:
+            while True:
+                with self._cond:
+                    while (
+                        self._state is _State.ACTIVE
+                        and time.monotonic() < next_cut
+                        and len(self._buffer) < self.config.max_block_records
+                    ):
+                        self._cond.wait(max(0.0, next_cut - time.monotonic()))
+                    stopping = self._state is not _State.ACTIVE
+                    block = self._cut()
+                if time.monotonic() >= next_cut:
+                    next_cut += interval * max(1, int((time.monotonic() - next_cut) / interval) + 1)
+                if block is not None:
+                    # Blocking put: a full queue holds the timer, the buffer then fills
+                    # up to max_block_records and add_data blocks (backpressure).
+                    self._queue.put(block)
+                if stopping:
+                    with self._cond:
+                        self._state = _State.STOPPED_GENERATING_BLOCKS
+                    self._queue.put(None)
+                    return
+        except BaseException as exc:  # report, never die silently
+            self.listener.on_error("block generator timer failed", exc)
+            self._queue.put(None)
+
+    def _push_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            block_id, records = item
+            try:
+                self.listener.on_push_block(block_id, records)
+            except BaseException as exc:
+                # Stop pushing: a later block must never be reported (and its source
+                # acknowledged) after an earlier one was lost, or the source would
+                # skip the lost records. The unpushed blocks were never reported, so
+                # their source positions were never acknowledged: a restarted
+                # receiver reads them again.
+                with self._cond:
+                    self.failed = exc
+                    if self._state is _State.ACTIVE:
+                        self._state = _State.STOPPED_ADDING_DATA
+                    self._cond.notify_all()
+                self.listener.on_error(f"pushing block {block_id} failed", exc)
+                self._drain_after_failure()
+                return
+
+    def _drain_after_failure(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            log.warning("stream %d: block %s dropped unreported after a push failure",
+                        self.stream_id, item[0])

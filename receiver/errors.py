@@ -1,0 +1,29 @@
+"""Typed errors of the receiver side; all derive from :class:`ReceiverError`."""
+
+from __future__ import annotations
+
+from walstream.errors import WalStreamError
+
+
+class ReceiverError(WalStreamError):
+    """Root of every error the ``receiver`` package raises."""
+
+
+class BlockGeneratorStoppedError(ReceiverError):
+    """Data was added after the block generator stopped accepting it."""
+
+
+class ReceiverRefusedError(ReceiverError):
+    """The driver refused to register this receiver (unknown, stopped, or a duplicate)."""
+
+
+class BlockStoreError(ReceiverError):
+    """A block could not be stored in the WAL after its bounded retries; it was not reported."""
+
+
+class BlockReportError(ReceiverError):
+    """The driver did not acknowledge a stored block; its source was not acknowledged."""
+
+
+class BadRecordError(ReceiverError):
+    """A record cannot be stored (not encodable, or over ``max_record_bytes``)."""

@@ -1,0 +1,144 @@
+"""KafkaReceiver: reads source topics and stores ``(key, value)`` pairs.
+
+Each stored record carries its source position ``(topic, partition, offset)``,
+so each block carries the offset ranges it holds. Offsets are committed to the
+consumer group only in ``on_block_reported``, i.e. after the driver logged the
+block (invariant 2). Start positions: ``start_offsets`` when given (the driver's
+acknowledged positions after a restart), else the group's committed offsets,
+else ``auto.offset.reset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+
+from receiver.block import SourceRange
+from receiver.errors import BlockGeneratorStoppedError
+from receiver.receiver import Receiver
+
+log = logging.getLogger(__name__)
+
+Decoder = Callable[[bytes | None], Any]
+
+
+def utf8_decoder(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8")
+
+
+class KafkaReceiver(Receiver):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group_id: str,
+        topics: dict[str, int],
+        kafka_params: dict[str, Any] | None = None,
+        start_offsets: dict[tuple[str, int], int] | None = None,
+        key_decoder: Decoder = utf8_decoder,
+        value_decoder: Decoder = utf8_decoder,
+    ) -> None:
+        super().__init__()
+        self.bootstrap_servers = bootstrap_servers
+        self.group_id = group_id
+        self.topics = dict(topics)
+        self.kafka_params = dict(kafka_params or {})
+        self.start_offsets = dict(start_offsets or {})
+        self.key_decoder = key_decoder
+        self.value_decoder = value_decoder
+        self._consumer: Consumer | None = None
+        self._thread: threading.Thread | None = None
+        self._commit_lock = threading.Lock()
+        self._to_commit: dict[tuple[str, int], int] = {}
+        self.undecodable = 0
+
+    def _assignment(self, consumer: Consumer) -> list[TopicPartition]:
+        md = consumer.list_topics(timeout=30)
+        tps = [TopicPartition(t, p) for t in self.topics if t in md.topics
+               for p in sorted(md.topics[t].partitions)]
+        committed = {(tp.topic, tp.partition): tp.offset
+                     for tp in consumer.committed(tps, timeout=30)}
+        out = []
+        for tp in tps:
+            key = (tp.topic, tp.partition)
+            offset = self.start_offsets.get(key, committed.get(key, OFFSET_INVALID))
+            out.append(TopicPartition(tp.topic, tp.partition, offset))
+        return out
+
+    def onStart(self) -> None:
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **self.kafka_params,
+        }
+        conf["enable.auto.commit"] = False  # commits follow the driver's acknowledgement
+        self._consumer = Consumer(conf)
+        self._consumer.assign(self._assignment(self._consumer))
+        self._thread = threading.Thread(target=self._receive, name="kafka-receiver", daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        stopped = self.stopped_event()
+        try:
+            while not stopped.is_set():
+                self._commit_reported(consumer)
+                msg = consumer.poll(0.1)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        self.reportError("Kafka consumer error", RuntimeError(err.str()))
+                    continue
+                pos = (msg.topic(), msg.partition(), msg.offset())
+                try:
+                    item = (self.key_decoder(msg.key()), self.value_decoder(msg.value()))
+                except Exception as exc:  # an undecodable payload: report, skip, go on
+                    self.undecodable += 1
+                    self.reportError(f"undecodable record at {pos} skipped", exc)
+                    self.supervisor.generator.add_metadata_only(pos)
+                    continue
+                self.store(item, pos)
+        except BlockGeneratorStoppedError:
+            pass  # the supervisor is stopping
+        except Exception as exc:
+            self.restart("Kafka receiver failed", exc)
+
+    def onStop(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self._consumer is not None:
+            self._commit_reported(self._consumer)
+            self._consumer.close()  # close() waits for outstanding commits
+            self._consumer = None
+
+    def on_block_reported(self, block_id: str, metadata: Any) -> None:
+        """Commit the block's source ranges: the driver has logged the block.
+
+        Asynchronous: the authoritative positions are the ones in the driver's
+        WAL (a block's source ranges); the group commit makes progress visible to
+        Kafka tooling and is the start position when the driver has none.
+        """
+        ranges: tuple[SourceRange, ...] = metadata or ()
+        with self._commit_lock:
+            for r in ranges:
+                key = (r.topic, r.partition)
+                self._to_commit[key] = max(self._to_commit.get(key, 0), r.until_offset)
+
+    def _commit_reported(self, consumer: Consumer) -> None:
+        """Commit what the driver acknowledged, from the consumer's own thread."""
+        with self._commit_lock:
+            pending, self._to_commit = self._to_commit, {}
+        if pending:
+            consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(pending.items())],
+                asynchronous=True,
+            )

@@ -1,0 +1,114 @@
+"""Receiver: the class users subclass to bring data in (Spark's names).
+
+A receiver runs ``onStart`` (which must return quickly and start its own
+threads), calls ``store`` with what it receives, and stops in ``onStop``. Its
+supervisor turns stored data into blocks, writes each block to the Kafka WAL
+and reports it to the driver; ``store`` blocks when that does not keep up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from receiver.errors import ReceiverError
+
+if TYPE_CHECKING:
+    from receiver.supervisor import ReceiverSupervisor
+
+
+class Receiver:
+    """Base class of every receiver (``pyspark``-style camelCase API, as in Spark).
+
+    Picklable: the supervisor is attached on the executor, never pickled.
+    """
+
+    def __init__(self, preferred_location: str | None = None) -> None:
+        self._preferred_location = preferred_location
+        self._supervisor: ReceiverSupervisor | None = None
+        self._stream_id = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_supervisor"] = None
+        return state
+
+    # -- to override -------------------------------------------------------------
+
+    def onStart(self) -> None:
+        raise NotImplementedError
+
+    def onStop(self) -> None:
+        raise NotImplementedError
+
+    def on_block_reported(self, block_id: str, metadata: Any) -> None:
+        """Called after the driver acknowledged a block: acknowledge the source here."""
+
+    # -- Spark's API -------------------------------------------------------------
+
+    @property
+    def streamId(self) -> int:
+        return self._stream_id
+
+    @property
+    def preferredLocation(self) -> str | None:
+        return self._preferred_location
+
+    def _attach(self, supervisor: ReceiverSupervisor, stream_id: int) -> None:
+        self._supervisor = supervisor
+        self._stream_id = stream_id
+
+    @property
+    def supervisor(self) -> ReceiverSupervisor:
+        if self._supervisor is None:
+            raise ReceiverError("this receiver is not started by a supervisor")
+        return self._supervisor
+
+    def store(self, data: Any, metadata: Any = None) -> None:
+        """Store one item (``bytes`` included), a list, or an iterator.
+
+        Single items go through the block generator (rate limit, block interval).
+        A list or an iterator becomes one block of its own, stored and reported
+        before ``store`` returns (Spark's pushArrayBuffer / pushIterator): when it
+        returns, that data is durable and known to the driver.
+
+        Spark's ``store(ByteBuffer)`` (a pre-serialized block) is
+        :meth:`storeBytes` here, because in Python ``bytes`` is the ordinary type of
+        a single record (a Kafka value, a socket line) and must not change meaning.
+        """
+        sup = self.supervisor
+        if isinstance(data, list):
+            sup.push_array_buffer(data, metadata)
+        elif isinstance(data, Iterator):
+            sup.push_iterator(data, metadata)
+        else:
+            sup.push_single(data, metadata)
+
+    def storeBytes(self, data: bytes, metadata: Any = None) -> None:
+        """Store ``data`` as a block of its own, synchronously (Spark's pushBytes)."""
+        self.supervisor.push_bytes(bytes(data), metadata)
+
+    def storeMany(self, items: Iterable[Any], metadata: Any = None) -> None:
+        """Store several single items through the block generator."""
+        for item in items:
+            self.supervisor.push_single(item, metadata)
+
+    def restart(self, message: str, error: BaseException | None = None) -> None:
+        self.supervisor.restart_receiver(message, error)
+
+    def stop(self, message: str) -> None:
+        self.supervisor.stop(message, None)
+
+    def reportError(self, message: str, error: BaseException | None) -> None:
+        self.supervisor.report_error(message, error)
+
+    def isStarted(self) -> bool:
+        return self._supervisor is not None and self._supervisor.is_receiver_started()
+
+    def isStopped(self) -> bool:
+        return self._supervisor is None or self._supervisor.is_receiver_stopped()
+
+    def stopped_event(self) -> threading.Event:
+        """An event set when the receiver stops (for ``onStart`` threads to wait on)."""
+        return self.supervisor.receiver_stopped

@@ -1,0 +1,317 @@
+"""ReceiverSupervisor: runs a receiver and turns its data into durable, reported blocks.
+
+Per block, in this order (DESIGN.md invariants 1 and 2):
+
+1. Write the encoded block to the receiver's Kafka WAL and wait for ``acks=all``,
+   retrying a bounded number of times. If every try fails, raise
+   :class:`BlockStoreError`: the block is **not** reported and the receiver
+   stops with the error reported to the driver.
+2. Report ``AddBlock(stream id, block id, record count, WAL handle, source
+   ranges)`` to the driver and wait for its answer, which it gives only after
+   logging the block in its own WAL. No answer or a refusal raises
+   :class:`BlockReportError`; the receiver stops.
+3. Only then call ``receiver.on_block_reported``, where a receiver acknowledges
+   its source (e.g. commits Kafka offsets). A crash before this step leaves the
+   source unacknowledged: the data is read again, and the tracker keeps a
+   re-reported block once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from receiver.block import Block, SourceRange
+from receiver.block_generator import BlockGenerator, BlockGeneratorConfig, new_block_id
+from receiver.block_info import ReceivedBlockInfo
+from receiver.errors import (
+    BadRecordError,
+    BlockReportError,
+    BlockStoreError,
+    ReceiverRefusedError,
+)
+from receiver.items import encode_item
+from receiver.receiver import Receiver
+from wal.base import WriteAheadLog
+from wal.errors import WalError
+from walstream.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class BlockReporter(Protocol):
+    """The driver endpoint a supervisor talks to (in-process or over gRPC)."""
+
+    def register_receiver(self, stream_id: int, host: str, executor_id: str) -> tuple[bool, str]:
+        ...
+
+    def add_block(self, info: ReceivedBlockInfo) -> bool: ...
+
+    def report_error(self, stream_id: int, message: str, error: str) -> None: ...
+
+    def deregister_receiver(self, stream_id: int, message: str, error: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """Bounds of the supervisor.
+
+    ``bad_record_policy``: ``"skip"`` (default) reports a record that cannot be
+    encoded or exceeds ``max_record_bytes`` (log + ``bad_records`` counter +
+    ``report_error`` to the driver) and goes on; ``"fail"`` stops the receiver.
+    """
+
+    store_retries: int = 3
+    store_backoff_s: float = 0.5
+    report_retries: int = 3
+    report_backoff_s: float = 0.5
+    restart_delay_s: float = 2.0
+    max_record_bytes: int = 8 * 1024 * 1024
+    bad_record_policy: str = "skip"
+
+    def __post_init__(self) -> None:
+        if self.store_retries < 1 or self.report_retries < 1:
+            raise ConfigError("store_retries and report_retries must be >= 1")
+        if self.bad_record_policy not in ("skip", "fail"):
+            raise ConfigError("bad_record_policy must be 'skip' or 'fail'")
+
+
+class _SourceTracker:
+    """Source ranges of the data in the generator's current buffer."""
+
+    def __init__(self) -> None:
+        self.ranges: dict[tuple[str, int], list[int]] = {}
+
+    def add(self, metadata: Any) -> None:
+        if isinstance(metadata, SourceRange):
+            key = (metadata.topic, metadata.partition)
+            lo, hi = metadata.from_offset, metadata.until_offset
+        elif isinstance(metadata, tuple) and len(metadata) == 3:
+            key = (str(metadata[0]), int(metadata[1]))
+            lo, hi = int(metadata[2]), int(metadata[2]) + 1
+        else:
+            return
+        cur = self.ranges.get(key)
+        if cur is None:
+            self.ranges[key] = [lo, hi]
+        else:
+            cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
+
+    def take(self) -> tuple[SourceRange, ...]:
+        out = tuple(SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(self.ranges.items()))
+        self.ranges = {}
+        return out
+
+
+class ReceiverSupervisor:
+    def __init__(
+        self,
+        receiver: Receiver,
+        stream_id: int,
+        wal: WriteAheadLog,
+        reporter: BlockReporter,
+        generator_config: BlockGeneratorConfig | None = None,
+        config: SupervisorConfig | None = None,
+        executor_id: str = "driver",
+    ) -> None:
+        self.receiver = receiver
+        self.stream_id = stream_id
+        self.wal = wal
+        self.reporter = reporter
+        self.config = config or SupervisorConfig()
+        self.executor_id = executor_id
+        self.generator = BlockGenerator(self, stream_id, generator_config)
+        self._sources = _SourceTracker()
+        self._block_sources: dict[str, tuple[SourceRange, ...]] = {}
+        self._receiver_state = "initialized"
+        self._state_lock = threading.RLock()
+        self.receiver_stopped = threading.Event()
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+        self.bad_records = 0
+        self.blocks_reported = 0
+        self.records_reported = 0
+        receiver._attach(self, stream_id)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Register with the driver (which may refuse), then start generator and receiver."""
+        self.generator.start()
+        self._start_receiver()
+
+    def _start_receiver(self) -> None:
+        ok, message = self.reporter.register_receiver(
+            self.stream_id, socket.gethostname(), self.executor_id
+        )
+        if not ok:
+            exc = ReceiverRefusedError(
+                f"receiver of stream {self.stream_id} was refused by the driver: {message}"
+            )
+            self.stop(str(exc), exc)
+            raise exc
+        with self._state_lock:
+            self._receiver_state = "started"
+            self.receiver_stopped.clear()
+        self.receiver.onStart()
+
+    def _stop_receiver(self, message: str, error: BaseException | None) -> None:
+        with self._state_lock:
+            self.receiver_stopped.set()
+            if self._receiver_state != "started":
+                return
+            self._receiver_state = "stopped"
+        try:
+            self.receiver.onStop()
+        except Exception as exc:
+            log.error("stream %d: onStop failed: %s", self.stream_id, exc)
+        self.reporter.deregister_receiver(self.stream_id, message, repr(error) if error else "")
+
+    def stop(self, message: str, error: BaseException | None) -> None:
+        """Stop the receiver, push every block already generated, deregister."""
+        if error is not None and self.error is None:
+            self.error = error
+        with self._state_lock:
+            if self.stopped.is_set():
+                return
+            self.stopped.set()
+        # Order: (1) tell the receiver's threads to stop storing, (2) push every
+        # generated block (stored, reported, source acknowledged), (3) onStop and
+        # deregister. Closing the source before (2) would leave reported blocks
+        # unacknowledged at the source, to be read again after a restart.
+        self.receiver_stopped.set()
+        self.generator.stop()
+        self._stop_receiver(message, error)
+
+    def restart_receiver(self, message: str, error: BaseException | None = None,
+                         delay_s: float | None = None) -> None:
+        """Stop the receiver, wait, start it again (on a thread, as Spark does)."""
+        delay = self.config.restart_delay_s if delay_s is None else delay_s
+
+        def run() -> None:
+            self._stop_receiver(f"Restarting receiver with delay {delay}s: {message}", error)
+            time.sleep(delay)
+            if not self.stopped.is_set():
+                try:
+                    self._start_receiver()
+                except Exception as exc:
+                    log.error("stream %d: restart failed: %s", self.stream_id, exc)
+
+        threading.Thread(target=run, name=f"restart-{self.stream_id}", daemon=True).start()
+
+    def is_receiver_started(self) -> bool:
+        return self._receiver_state == "started"
+
+    def is_receiver_stopped(self) -> bool:
+        return self._receiver_state != "started"
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        return self.stopped.wait(timeout_s)
+
+    def report_error(self, message: str, error: BaseException | None) -> None:
+        log.warning("stream %d: %s: %s", self.stream_id, message, error)
+        with contextlib.suppress(Exception):
+            self.reporter.report_error(self.stream_id, message, repr(error) if error else "")
+
+    # -- data in -----------------------------------------------------------------
+
+    def _encode(self, item: Any) -> bytes | None:
+        try:
+            data = encode_item(item)
+            if len(data) > self.config.max_record_bytes:
+                raise BadRecordError(
+                    f"record of {len(data)} bytes exceeds max_record_bytes="
+                    f"{self.config.max_record_bytes}"
+                )
+            return data
+        except BadRecordError as exc:
+            self.bad_records += 1
+            self.report_error("bad record skipped", exc)
+            if self.config.bad_record_policy == "fail":
+                self.stop(str(exc), exc)
+                raise
+            return None
+
+    def push_single(self, item: Any, metadata: Any = None) -> None:
+        data = self._encode(item)
+        if data is None:
+            # Still advance the source position: a skipped record counts as handled.
+            self.generator.add_metadata_only(metadata)
+            return
+        self.generator.add_data(data, metadata)
+
+    def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
+        encoded = [d for d in (self._encode(i) for i in items) if d is not None]
+        tracker = _SourceTracker()
+        tracker.add(metadata)
+        self._push_block(new_block_id(self.stream_id), encoded, tracker.take())
+
+    def push_iterator(self, items: Iterator[Any], metadata: Any = None) -> None:
+        self.push_array_buffer(list(items), metadata)
+
+    def push_bytes(self, data: bytes, metadata: Any = None) -> None:
+        self.push_array_buffer([data], metadata)
+
+    # -- BlockGeneratorListener ----------------------------------------------------
+
+    def on_add_data(self, data: Any, metadata: Any) -> None:
+        self._sources.add(metadata)
+
+    def on_generate_block(self, block_id: str) -> None:
+        self._block_sources[block_id] = self._sources.take()
+
+    def on_push_block(self, block_id: str, records: list[Any]) -> None:
+        self._push_block(block_id, records, self._block_sources.pop(block_id, ()))
+
+    def on_error(self, message: str, error: BaseException) -> None:
+        self.report_error(message, error)
+        if isinstance(error, BlockStoreError | BlockReportError):
+            # Stop on another thread: stop() waits for the pushing thread we may be on.
+            threading.Thread(target=self.stop, args=(message, error), daemon=True).start()
+
+    # -- the durability protocol -----------------------------------------------------
+
+    def _push_block(self, block_id: str, records: list[bytes],
+                    source: tuple[SourceRange, ...]) -> None:
+        if not records and not source:
+            return
+        block = Block(self.stream_id, block_id, records, source)
+        payload = block.encode()
+        # Step 1: store, with bounded retries; never report what is not stored.
+        handle = None
+        for attempt in range(1, self.config.store_retries + 1):
+            try:
+                handle = self.wal.write(payload, int(time.time() * 1000))
+                break
+            except WalError as exc:
+                log.warning("stream %d: storing %s failed (try %d/%d): %s", self.stream_id,
+                            block_id, attempt, self.config.store_retries, exc)
+                if attempt == self.config.store_retries:
+                    raise BlockStoreError(
+                        f"block {block_id} of stream {self.stream_id} could not be stored "
+                        f"after {attempt} tries: {exc}") from exc
+                time.sleep(self.config.store_backoff_s * attempt)
+        assert handle is not None
+        # Step 2: report, and wait for the driver's answer (given after its WAL write).
+        info = ReceivedBlockInfo(self.stream_id, block_id, len(records), handle, source)
+        for attempt in range(1, self.config.report_retries + 1):
+            try:
+                if self.reporter.add_block(info):
+                    break
+                raise BlockReportError(f"the driver refused block {block_id}")
+            except Exception as exc:
+                if attempt == self.config.report_retries:
+                    raise BlockReportError(
+                        f"block {block_id} of stream {self.stream_id} was stored but not "
+                        f"acknowledged by the driver: {exc}") from exc
+                time.sleep(self.config.report_backoff_s * attempt)
+        self.blocks_reported += 1
+        self.records_reported += len(records)
+        # Step 3: only now may the source learn that the data is safe.
+        self.receiver.on_block_reported(block_id, source)
