@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from receiver.block import SourceRange
 from receiver.block_info import BLOCK_INFO_SCHEMA, ReceivedBlockInfo
 from walstream.avro_codec import VersionedCodec
 
@@ -20,6 +21,15 @@ _STREAM_BLOCKS = {
         {"name": "stream_id", "type": "int"},
         {"name": "blocks",
          "type": {"type": "array", "items": "walstream.driver.ReceivedBlockInfo"}},
+    ],
+}
+
+_STREAM_POSITIONS = {
+    "type": "record",
+    "name": "StreamPositions",
+    "fields": [
+        {"name": "stream_id", "type": "int"},
+        {"name": "ranges", "type": {"type": "array", "items": "walstream.receiver.SourceRange"}},
     ],
 }
 
@@ -35,6 +45,10 @@ EVENT_SCHEMA_V1: dict[str, Any] = {
         {"name": "batch_time_ms", "type": "long", "default": -1},
         {"name": "allocated", "type": {"type": "array", "items": _STREAM_BLOCKS}, "default": []},
         {"name": "cleanup_times_ms", "type": {"type": "array", "items": "long"}, "default": []},
+        # With a cleanup: every stream's acknowledged source positions, so they
+        # survive the WAL cleaning that drops the BlockAdditions they came from.
+        {"name": "positions", "type": {"type": "array", "items": _STREAM_POSITIONS},
+         "default": []},
     ],
 }
 
@@ -60,6 +74,7 @@ class BatchAllocation:
 @dataclass(frozen=True)
 class BatchCleanup:
     batch_times_ms: tuple[int, ...]
+    positions: tuple[tuple[int, tuple[SourceRange, ...]], ...] = ()
 
 
 TrackerEvent = BlockAddition | BatchAllocation | BatchCleanup
@@ -78,7 +93,12 @@ def encode_event(event: TrackerEvent) -> bytes:
                        for s, blocks in event.blocks],
         )
     else:
-        datum.update(kind="BATCH_CLEANUP", cleanup_times_ms=list(event.batch_times_ms))
+        datum.update(
+            kind="BATCH_CLEANUP",
+            cleanup_times_ms=list(event.batch_times_ms),
+            positions=[{"stream_id": s, "ranges": [r.to_dict() for r in ranges]}
+                       for s, ranges in event.positions],
+        )
     return EVENT_CODEC.encode(datum)
 
 
@@ -95,4 +115,8 @@ def decode_event(data: bytes) -> TrackerEvent:
                                                for b in sb["blocks"]))
                   for sb in d["allocated"]),
         )
-    return BatchCleanup(tuple(int(t) for t in d["cleanup_times_ms"]))
+    return BatchCleanup(
+        tuple(int(t) for t in d["cleanup_times_ms"]),
+        tuple((int(p["stream_id"]), tuple(SourceRange.from_dict(r) for r in p["ranges"]))
+              for p in d.get("positions", [])),
+    )

@@ -38,6 +38,7 @@ from driver.events import (
     decode_event,
     encode_event,
 )
+from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.base import WriteAheadLog
 from wal.errors import WalError
@@ -88,6 +89,7 @@ class ReceivedBlockTracker:
         self._allocated: dict[int, AllocatedBlocks] = {}
         self._last_allocated: int | None = None
         self._known: set[str] = set()  # ids of blocks unallocated or allocated, not cleaned
+        self._positions: dict[int, dict[tuple[str, int], int]] = {}
         self.corrupt_events = 0
         if wal is not None and recover_from_wal:
             self._recover()
@@ -113,6 +115,7 @@ class ReceivedBlockTracker:
                 return  # a re-reported or re-logged block is kept once
             self._unallocated.setdefault(b.stream_id, OrderedDict())[b.block_id] = b
             self._known.add(b.block_id)
+            self._advance(b.stream_id, b.source)
         elif isinstance(event, BatchAllocation):
             t = event.batch_time_ms
             if t in self._allocated:
@@ -128,9 +131,29 @@ class ReceivedBlockTracker:
             if self._last_allocated is None or t > self._last_allocated:
                 self._last_allocated = t
         else:
+            for stream_id, ranges in event.positions:
+                self._advance(stream_id, ranges)
             for t in event.batch_times_ms:
                 for infos in self._allocated.pop(t, {}).values():
                     self._known.difference_update(i.block_id for i in infos)
+
+    def _advance(self, stream_id: int, ranges: Iterable[SourceRange]) -> None:
+        pos = self._positions.setdefault(stream_id, {})
+        for r in ranges:
+            key = (r.topic, r.partition)
+            if r.until_offset > pos.get(key, -1):
+                pos[key] = r.until_offset
+
+    def positions(self, stream_id: int) -> tuple[SourceRange, ...]:
+        """Source positions up to which the driver holds this stream's data durably.
+
+        A restarted receiver resumes here: everything before was logged by the
+        driver, nothing after was acknowledged, so nothing is stored twice or
+        skipped (exactly-once ingestion).
+        """
+        with self._lock:
+            return tuple(SourceRange(t, p, o, o)
+                         for (t, p), o in sorted(self._positions.get(stream_id, {}).items()))
 
     def _take_from_earlier_batch(self, t: int, stream_id: int, block_id: str) -> None:
         for other_t, streams in list(self._allocated.items()):
@@ -225,7 +248,8 @@ class ReceivedBlockTracker:
         """Forget batches older than the threshold (logged first), then clean the WAL."""
         with self._lock:
             times = tuple(sorted(t for t in self._allocated if t < thresh_time_ms))
-            event = BatchCleanup(times)
+            positions = tuple((s, self.positions(s)) for s in sorted(self._positions))
+            event = BatchCleanup(times, positions)
             if not self._log(event):
                 raise TrackerWriteError(f"could not log the cleanup of batches {times}")
             self._apply(event)

@@ -10,6 +10,7 @@ from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from receiver.errors import (
     BadRecordError,
     BlockGeneratorStoppedError,
+    BlockGeneratorTimeoutError,
     BlockReportError,
     BlockStoreError,
     ReceiverError,
@@ -26,6 +27,7 @@ __all__ = [
     "BlockGenerator",
     "BlockGeneratorConfig",
     "BlockGeneratorStoppedError",
+    "BlockGeneratorTimeoutError",
     "BlockReportError",
     "BlockReporter",
     "BlockStoreError",

@@ -13,7 +13,8 @@ Protocol (as Spark's BlockGenerator, with a real bound on memory):
 3. The pushing thread takes blocks in order and calls ``on_push_block``; the
    supervisor stores the block in the WAL and reports it there.
 4. ``stop()``: stop accepting data, cut a last block, push every queued block,
-   then return. Nothing added before ``stop`` is lost.
+   then return. Nothing added before ``stop`` is lost. ``flush()`` does the same
+   without stopping (a receiver restart, before it deregisters).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from receiver.errors import BlockGeneratorStoppedError
+from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
 from receiver.rate_limiter import RateLimiter
 from walstream.errors import ConfigError
 
@@ -109,6 +110,8 @@ class BlockGenerator:
         self._timer = threading.Thread(target=self._timer_loop, name="block-timer", daemon=True)
         self._pusher = threading.Thread(target=self._push_loop, name="block-pusher", daemon=True)
         self.blocks_generated = 0
+        self.blocks_pushed = 0
+        self._flush_requested = False
         self.records_added = 0
         self.failed: BaseException | None = None
 
@@ -133,6 +136,22 @@ class BlockGenerator:
         self._pusher.join(timeout_s)  # it drains the queue and exits
         with self._cond:
             self._state = _State.STOPPED_ALL
+
+    def flush(self, timeout_s: float = 60.0) -> bool:
+        """Cut the current buffer now and wait until every block generated so far
+        was pushed; the generator keeps running. False when pushing failed or the
+        wait timed out (a restarting supervisor uses this before deregistering)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            target = self.blocks_generated + (1 if self._buffer else 0)
+            self._flush_requested = True
+            self._cond.notify_all()
+            while self.blocks_pushed < target:
+                remaining = deadline - time.monotonic()
+                if self.failed is not None or remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.05))
+            return True
 
     def is_active(self) -> bool:
         return self._state is _State.ACTIVE
@@ -192,7 +211,7 @@ class BlockGenerator:
             self._cond.notify_all()  # ask the timer to cut a block early
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise BlockGeneratorStoppedError(
+                raise BlockGeneratorTimeoutError(
                     f"stream {self.stream_id}: blocked on a full block queue for "
                     f"{self.config.put_timeout_s}s (the WAL or driver is not keeping up)"
                 )
@@ -221,10 +240,12 @@ class BlockGenerator:
                         self._state is _State.ACTIVE
                         and time.monotonic() < next_cut
                         and len(self._buffer) < self.config.max_block_records
+                        and not self._flush_requested
                     ):
                         self._cond.wait(max(0.0, next_cut - time.monotonic()))
                     stopping = self._state is not _State.ACTIVE
                     block = self._cut()
+                    self._flush_requested = False
                 if time.monotonic() >= next_cut:
                     next_cut += interval * max(1, int((time.monotonic() - next_cut) / interval) + 1)
                 if block is not None:
@@ -237,6 +258,14 @@ class BlockGenerator:
                     self._queue.put(None)
                     return
         except BaseException as exc:  # report, never die silently
+            # No block will be cut any more: refuse new data (add_data raises)
+            # instead of buffering it where nothing would ever push it.
+            with self._cond:
+                if self.failed is None:
+                    self.failed = exc
+                if self._state is _State.ACTIVE:
+                    self._state = _State.STOPPED_ADDING_DATA
+                self._cond.notify_all()
             self.listener.on_error("block generator timer failed", exc)
             self._queue.put(None)
 
@@ -248,6 +277,9 @@ class BlockGenerator:
             block_id, records = item
             try:
                 self.listener.on_push_block(block_id, records)
+                with self._cond:
+                    self.blocks_pushed += 1
+                    self._cond.notify_all()
             except BaseException as exc:
                 # Stop pushing: a later block must never be reported (and its source
                 # acknowledged) after an earlier one was lost, or the source would

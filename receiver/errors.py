@@ -13,6 +13,13 @@ class BlockGeneratorStoppedError(ReceiverError):
     """Data was added after the block generator stopped accepting it."""
 
 
+class BlockGeneratorTimeoutError(ReceiverError):
+    """``add_data`` found no room within ``put_timeout_s`` (backpressure: the WAL or
+    the driver is not keeping up). The item was not added; the generator still runs.
+    Deliberately not a :class:`BlockGeneratorStoppedError`, which receivers take as
+    "the supervisor is stopping" and end on."""
+
+
 class ReceiverRefusedError(ReceiverError):
     """The driver refused to register this receiver (unknown, stopped, or a duplicate)."""
 

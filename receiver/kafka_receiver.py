@@ -3,9 +3,11 @@
 Each stored record carries its source position ``(topic, partition, offset)``,
 so each block carries the offset ranges it holds. Offsets are committed to the
 consumer group only in ``on_block_reported``, i.e. after the driver logged the
-block (invariant 2). Start positions: ``start_offsets`` when given (the driver's
-acknowledged positions after a restart), else the group's committed offsets,
-else ``auto.offset.reset``.
+block (invariant 2). Start positions: after an in-process restart, right after
+what this receiver already handed to its supervisor; else the positions the
+driver acknowledged (from its registration answer: exactly-once ingestion across
+receiver deaths); else ``start_offsets`` when given; else the group's committed
+offsets; else ``auto.offset.reset``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,23 @@ class KafkaReceiver(Receiver):
         self._thread: threading.Thread | None = None
         self._commit_lock = threading.Lock()
         self._to_commit: dict[tuple[str, int], int] = {}
+        # Next offset per partition after what this process handed to its supervisor
+        # (stored or skipped). An in-process restart resumes here: that data is in
+        # the supervisor's block generator, which a restart flushes, not loses.
+        self._next_offsets: dict[tuple[str, int], int] = {}
         self.undecodable = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Receivers are picklable (see Receiver); a lock, a consumer and a thread
+        # are not, and belong to the process that runs the receiver anyway.
+        state = super().__getstate__()
+        # Positions handed to this process's supervisor mean nothing elsewhere.
+        state.update(_consumer=None, _thread=None, _commit_lock=None, _next_offsets={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._commit_lock = threading.Lock()
 
     def _assignment(self, consumer: Consumer) -> list[TopicPartition]:
         md = consumer.list_topics(timeout=30)
@@ -61,10 +79,17 @@ class KafkaReceiver(Receiver):
                for p in sorted(md.topics[t].partitions)]
         committed = {(tp.topic, tp.partition): tp.offset
                      for tp in consumer.committed(tps, timeout=30)}
+        # The driver's acknowledged positions beat the group's commits: a block the
+        # driver logged may not be committed yet (we died first), and a commit can
+        # never be ahead of the driver.
+        acked = self._supervisor.start_positions if self._supervisor is not None else ()
+        driver = {(r.topic, r.partition): r.until_offset for r in acked}
         out = []
         for tp in tps:
             key = (tp.topic, tp.partition)
-            offset = self.start_offsets.get(key, committed.get(key, OFFSET_INVALID))
+            offset = self._next_offsets.get(
+                key, driver.get(key, self.start_offsets.get(
+                    key, committed.get(key, OFFSET_INVALID))))
             out.append(TopicPartition(tp.topic, tp.partition, offset))
         return out
 
@@ -97,22 +122,28 @@ class KafkaReceiver(Receiver):
                     if err.code() != KafkaError._PARTITION_EOF:
                         self.reportError("Kafka consumer error", RuntimeError(err.str()))
                     continue
-                pos = (msg.topic(), msg.partition(), msg.offset())
+                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+                assert topic is not None and partition is not None and offset is not None
+                pos = (topic, partition, offset)
                 try:
                     item = (self.key_decoder(msg.key()), self.value_decoder(msg.value()))
                 except Exception as exc:  # an undecodable payload: report, skip, go on
                     self.undecodable += 1
                     self.reportError(f"undecodable record at {pos} skipped", exc)
                     self.supervisor.generator.add_metadata_only(pos)
+                    self._next_offsets[(topic, partition)] = offset + 1
                     continue
                 self.store(item, pos)
+                self._next_offsets[(topic, partition)] = offset + 1
         except BlockGeneratorStoppedError:
             pass  # the supervisor is stopping
         except Exception as exc:
             self.restart("Kafka receiver failed", exc)
 
     def onStop(self) -> None:
-        if self._thread is not None:
+        # onStop may run on the receiving thread itself (a stop on a bad record
+        # with bad_record_policy="fail"): joining it would raise and skip the close.
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
             self._thread = None
         if self._consumer is not None:

@@ -32,12 +32,14 @@ from receiver.block_generator import BlockGenerator, BlockGeneratorConfig, new_b
 from receiver.block_info import ReceivedBlockInfo
 from receiver.errors import (
     BadRecordError,
+    BlockGeneratorStoppedError,
     BlockReportError,
     BlockStoreError,
     ReceiverRefusedError,
 )
 from receiver.items import encode_item
 from receiver.receiver import Receiver
+from receiver.registration import Registration
 from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import ConfigError
@@ -48,8 +50,9 @@ log = logging.getLogger(__name__)
 class BlockReporter(Protocol):
     """The driver endpoint a supervisor talks to (in-process or over gRPC)."""
 
-    def register_receiver(self, stream_id: int, host: str, executor_id: str) -> tuple[bool, str]:
-        ...
+    def register_receiver(
+        self, stream_id: int, host: str, executor_id: str
+    ) -> Registration | tuple[bool, str]: ...
 
     def add_block(self, info: ReceivedBlockInfo) -> bool: ...
 
@@ -73,6 +76,7 @@ class SupervisorConfig:
     report_backoff_s: float = 0.5
     restart_delay_s: float = 2.0
     max_record_bytes: int = 8 * 1024 * 1024
+    report_timeout_s: float = 30.0
     bad_record_policy: str = "skip"
 
     def __post_init__(self) -> None:
@@ -132,9 +136,11 @@ class ReceiverSupervisor:
         self._receiver_state = "initialized"
         self._state_lock = threading.RLock()
         self.receiver_stopped = threading.Event()
-        self.stopped = threading.Event()
+        self.stopped = threading.Event()  # set when stopping begins
+        self.terminated = threading.Event()  # set when stop() has finished its work
         self.error: BaseException | None = None
         self.bad_records = 0
+        self.start_positions: tuple[SourceRange, ...] = ()
         self.blocks_reported = 0
         self.records_reported = 0
         receiver._attach(self, stream_id)
@@ -147,9 +153,15 @@ class ReceiverSupervisor:
         self._start_receiver()
 
     def _start_receiver(self) -> None:
-        ok, message = self.reporter.register_receiver(
+        reply = self.reporter.register_receiver(
             self.stream_id, socket.gethostname(), self.executor_id
         )
+        ok, message = bool(reply[0]), str(reply[1])
+        if isinstance(reply, Registration) and ok:
+            # Resume where the driver's WAL says this stream's data ends.
+            self.start_positions = reply.positions
+            if reply.rate_limit > 0:
+                self.generator.update_rate(reply.rate_limit)
         if not ok:
             exc = ReceiverRefusedError(
                 f"receiver of stream {self.stream_id} was refused by the driver: {message}"
@@ -171,6 +183,10 @@ class ReceiverSupervisor:
             self.receiver.onStop()
         except Exception as exc:
             log.error("stream %d: onStop failed: %s", self.stream_id, exc)
+        if self.generator.is_active():
+            # A restart (stop() has already pushed everything): report what the
+            # receiver stored while the driver still accepts this receiver's blocks.
+            self.generator.flush()
         self.reporter.deregister_receiver(self.stream_id, message, repr(error) if error else "")
 
     def stop(self, message: str, error: BaseException | None) -> None:
@@ -185,13 +201,17 @@ class ReceiverSupervisor:
         # generated block (stored, reported, source acknowledged), (3) onStop and
         # deregister. Closing the source before (2) would leave reported blocks
         # unacknowledged at the source, to be read again after a restart.
-        self.receiver_stopped.set()
-        self.generator.stop()
-        self._stop_receiver(message, error)
+        try:
+            self.receiver_stopped.set()
+            self.generator.stop()
+            self._stop_receiver(message, error)
+        finally:
+            self.terminated.set()
 
     def restart_receiver(self, message: str, error: BaseException | None = None,
                          delay_s: float | None = None) -> None:
-        """Stop the receiver, wait, start it again (on a thread, as Spark does)."""
+        """Stop the receiver (onStop, push what it stored, deregister), wait, start it
+        again (on a thread, as Spark does)."""
         delay = self.config.restart_delay_s if delay_s is None else delay_s
 
         def run() -> None:
@@ -212,7 +232,8 @@ class ReceiverSupervisor:
         return self._receiver_state != "started"
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
-        return self.stopped.wait(timeout_s)
+        """Wait until stop() finished: every block pushed, receiver deregistered."""
+        return self.terminated.wait(timeout_s)
 
     def report_error(self, message: str, error: BaseException | None) -> None:
         log.warning("stream %d: %s: %s", self.stream_id, message, error)
@@ -247,10 +268,29 @@ class ReceiverSupervisor:
         self.generator.add_data(data, metadata)
 
     def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
+        failed = self.error or self.generator.failed
+        if self.stopped.is_set() or failed is not None:
+            # After a lost block, acknowledging a later one would skip the lost
+            # records at the source; after stop, nobody is registered to report to.
+            raise BlockGeneratorStoppedError(
+                f"receiver of stream {self.stream_id} is stopped"
+                + (f" after an error: {failed}" if failed is not None else "")
+                + "; data not stored"
+            )
         encoded = [d for d in (self._encode(i) for i in items) if d is not None]
         tracker = _SourceTracker()
         tracker.add(metadata)
-        self._push_block(new_block_id(self.stream_id), encoded, tracker.take())
+        block_id = new_block_id(self.stream_id)
+        try:
+            self._push_block(block_id, encoded, tracker.take())
+        except Exception as exc:
+            # Same as a failed push from the generator: record it at once (so no
+            # later block gets through), report, stop the supervisor; the caller
+            # gets the error too.
+            if self.error is None:
+                self.error = exc
+            self.on_error(f"pushing block {block_id} failed", exc)
+            raise
 
     def push_iterator(self, items: Iterator[Any], metadata: Any = None) -> None:
         self.push_array_buffer(list(items), metadata)
@@ -270,10 +310,12 @@ class ReceiverSupervisor:
         self._push_block(block_id, records, self._block_sources.pop(block_id, ()))
 
     def on_error(self, message: str, error: BaseException) -> None:
+        # The generator calls this only when it can no longer push or cut blocks
+        # (any exception, not only BlockStoreError/BlockReportError): it already
+        # refuses new data, so the supervisor must stop too, never hang half-dead.
         self.report_error(message, error)
-        if isinstance(error, BlockStoreError | BlockReportError):
-            # Stop on another thread: stop() waits for the pushing thread we may be on.
-            threading.Thread(target=self.stop, args=(message, error), daemon=True).start()
+        # Stop on another thread: stop() waits for the pushing thread we may be on.
+        threading.Thread(target=self.stop, args=(message, error), daemon=True).start()
 
     # -- the durability protocol -----------------------------------------------------
 

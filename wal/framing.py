@@ -42,23 +42,37 @@ class Frame:
     data: bytes
 
 
+def _varint(n: int) -> bytes:
+    """Avro's zig-zag varint of a (non-negative here) int/long."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_FRAME_PREFIX = FRAME_CODEC.magic + bytes((1,))
+
+
 def encode_record(record: bytes, chunk_bytes: int) -> list[bytes]:
-    """Split ``record`` into encoded frames of at most ``chunk_bytes`` payload each."""
+    """Split ``record`` into encoded frames of at most ``chunk_bytes`` payload each.
+
+    Writes the v1 Avro layout directly (header varints + the chunk), which is
+    byte-identical to ``FRAME_CODEC.encode`` (a test checks it) but copies each
+    chunk once instead of three times: fastavro's encoder was a quarter of a
+    1 MiB write.
+    """
     crc = zlib.crc32(record)
     n = max(1, -(-len(record) // chunk_bytes))
     view = memoryview(record)
-    return [
-        FRAME_CODEC.encode(
-            {
-                "chunk_index": i,
-                "chunk_count": n,
-                "total_length": len(record),
-                "crc32": crc,
-                "data": bytes(view[i * chunk_bytes : (i + 1) * chunk_bytes]),
-            }
-        )
-        for i in range(n)
-    ]
+    common = _varint(n) + _varint(len(record)) + _varint(crc)
+    frames = []
+    for i in range(n):
+        chunk = view[i * chunk_bytes : (i + 1) * chunk_bytes]
+        frames.append(b"".join((_FRAME_PREFIX, _varint(i), common, _varint(len(chunk)), chunk)))
+    return frames
 
 
 def decode_frame(value: bytes | None, where: str) -> Frame:

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -56,13 +57,16 @@ _FRAME_OVERHEAD = 64  # magic, version and Avro fields around a chunk
 
 
 class _Ack:
-    """Collects the delivery reports of one record's frames."""
+    """Collects the delivery reports of one record's frames into a Future of its handle."""
 
-    def __init__(self, frames: int) -> None:
+    def __init__(self, log_name: str, topic: str, frames: int) -> None:
+        self.log_name = log_name
+        self.topic = topic
         self.remaining = frames
         self.offsets: list[int] = [-1] * frames
         self.error: KafkaError | None = None
-        self.done = threading.Event()
+        self.future: Future[RecordHandle] = Future()
+        self.future.set_running_or_notify_cancel()
         self._lock = threading.Lock()
 
     def callback(self, index: int) -> Any:
@@ -74,9 +78,23 @@ class _Ack:
                     self.offsets[index] = int(msg.offset() or 0)
                 self.remaining -= 1
                 if self.remaining == 0:
-                    self.done.set()
+                    self._resolve()
 
         return on_delivery
+
+    def _resolve(self) -> None:
+        if self.error is not None:
+            cls = (WalWriteTimeoutError if self.error.code() == KafkaError._MSG_TIMED_OUT
+                   else WalWriteError)
+            self.future.set_exception(cls(
+                f"WAL {self.log_name!r}: write to {self.topic} failed: {self.error.str()}"))
+            return
+        first = self.offsets[0]
+        if self.offsets != list(range(first, first + len(self.offsets))):
+            self.future.set_exception(WalWriteError(
+                f"WAL {self.log_name!r}: chunks landed apart at {self.offsets}"))
+            return
+        self.future.set_result(RecordHandle(self.topic, _PARTITION, first, len(self.offsets)))
 
 
 class KafkaWriteAheadLog(WriteAheadLog):
@@ -231,10 +249,26 @@ class KafkaWriteAheadLog(WriteAheadLog):
     # -- the contract ------------------------------------------------------------
 
     def write(self, record: bytes, time_ms: int) -> RecordHandle:
+        """Store ``record``; return its handle once every frame is acknowledged."""
+        future = self.write_async(record, time_ms)
+        try:
+            return future.result(timeout=self.config.write_timeout_s + 5.0)
+        except FutureTimeout:
+            raise WalWriteTimeoutError(
+                f"WAL {self.name!r}: no acknowledgement within {self.config.write_timeout_s}s"
+            ) from None
+
+    def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
+        """Enqueue ``record`` and return a Future of its handle (pipelined writes).
+
+        The record is durable only when the Future resolves; until then the
+        caller must treat it as not stored. Records of one caller keep their
+        order. Validation errors raise at once; broker errors resolve the Future
+        with :class:`WalWriteError` / :class:`WalWriteTimeoutError`.
+        """
         self._check_open()
         if not isinstance(record, bytes | bytearray | memoryview):
             raise TypeError(f"WAL records are bytes, got {type(record).__name__}")
-        record = bytes(record)
         if len(record) > self.config.max_record_bytes:
             raise RecordTooLargeError(len(record), self.config.max_record_bytes)
         if time_ms < 0:
@@ -245,9 +279,9 @@ class KafkaWriteAheadLog(WriteAheadLog):
                 f"{self._threshold_ms}; it would be dropped at once, so it is refused"
             )
         deadline = time.monotonic() + self.config.write_timeout_s
-        frames = encode_record(record, self.config.chunk_bytes)
+        frames = encode_record(bytes(record), self.config.chunk_bytes)
         seg = self._segment_for(time_ms, deadline)
-        ack = _Ack(len(frames))
+        ack = _Ack(self.name, seg.topic, len(frames))
         with self._produce_lock:
             producer = self._producer_client()
             for i, frame in enumerate(frames):
@@ -262,19 +296,9 @@ class KafkaWriteAheadLog(WriteAheadLog):
                                 f"WAL {self.name!r}: producer queue full for "
                                 f"{self.config.write_timeout_s}s") from None
                         time.sleep(0.005)  # the poller thread drains the queue
-        # Wait for acks=all outside the lock so other writers pipeline behind us.
-        if not ack.done.wait(max(0.0, deadline - time.monotonic()) + 5.0):
-            raise WalWriteTimeoutError(
-                f"WAL {self.name!r}: no acknowledgement within {self.config.write_timeout_s}s"
-            )
-        if ack.error is not None:
-            cls = (WalWriteTimeoutError if ack.error.code() == KafkaError._MSG_TIMED_OUT
-                   else WalWriteError)
-            raise cls(f"WAL {self.name!r}: write to {seg.topic} failed: {ack.error.str()}")
-        first = ack.offsets[0]
-        if ack.offsets != list(range(first, first + len(frames))):
-            raise WalWriteError(f"WAL {self.name!r}: chunks landed apart at {ack.offsets}")
-        return RecordHandle(seg.topic, _PARTITION, first, len(frames))
+        # The ack arrives on the poller thread; callers wait outside the lock, so
+        # other writers pipeline behind this one.
+        return ack.future
 
     def read(self, handle: RecordHandle) -> bytes:
         """The bytes at ``handle``; :class:`RecordNotFoundError` once it was cleaned.

@@ -215,6 +215,16 @@ def src(offset: int, topic: str = "src", partition: int = 0) -> tuple[str, int, 
     return (topic, partition, offset)
 
 
+def store_each(n: int) -> Callable[[ScriptReceiver], None]:
+    """A script storing the items ``0 .. n-1`` one by one at positions ``src(i)``."""
+
+    def script(r: ScriptReceiver) -> None:
+        for i in range(n):
+            r.store(i, src(i))
+
+    return script
+
+
 def ranges_of(infos: list[ReceivedBlockInfo]) -> list[SourceRange]:
     return [r for info in infos for r in info.source]
 

@@ -65,3 +65,18 @@ def test_interleaved_chunks_are_reported() -> None:
     with pytest.raises(CorruptRecordError, match="breaks the chunked record"):
         asm.feed(decode_frame(b[1], "b1"), "b1")
     assert not asm.pending
+
+
+@pytest.mark.parametrize("size", [0, 200, 65_536, 1_048_576, 3 * 1_048_576 + 7])
+def test_fast_encoder_matches_the_avro_codec(size: int) -> None:
+    import zlib
+
+    record = bytes(i % 251 for i in range(size))
+    chunk = 512 * 1024
+    frames = encode_record(record, chunk)
+    n = len(frames)
+    for i, f in enumerate(frames):
+        expected = FRAME_CODEC.encode({
+            "chunk_index": i, "chunk_count": n, "total_length": size,
+            "crc32": zlib.crc32(record), "data": record[i * chunk:(i + 1) * chunk]})
+        assert f == expected

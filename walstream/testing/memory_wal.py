@@ -16,7 +16,7 @@ class MemoryWriteAheadLog(WriteAheadLog):
     Share ``records`` between two instances to model a new process reopening the log.
     """
 
-    def __init__(self, records: list[tuple[bytes, int]] | None = None) -> None:
+    def __init__(self, records: list[tuple[bytes, int] | None] | None = None) -> None:
         self.records: list[tuple[bytes, int] | None] = records if records is not None else []
         self.fail_writes = 0  # how many of the next writes fail
         self.closed = False

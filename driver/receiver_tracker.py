@@ -1,0 +1,268 @@
+"""ReceiverTracker: the driver's RPC endpoint for receivers, and their launcher.
+
+Messages (gRPC, Avro bodies, see :mod:`driver.rpc_messages`): RegisterReceiver
+(accept or refuse, with the source positions the driver has acknowledged),
+AddBlock (answered True only after the tracker logged the block), Report
+(errors and deregistration) and a Control stream carrying StopReceiver,
+CleanupOldBlocks and UpdateRateLimit to the receiver. Local API:
+``start_all_receivers``, ``restart_receiver``, ``all_receiver_ids``,
+``stop_all_receivers``.
+
+Receivers run as long-running single-task Spark jobs, one per receiver, each on
+its own driver thread. When a job ends while the tracker is running (the worker
+died, the receiver failed), the tracker relaunches it after ``relaunch_delay_s``
+with the positions the driver acknowledged, at most ``max_relaunches`` times in
+a row.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from driver import rpc_messages as m
+from driver.errors import UnknownReceiverError
+from driver.received_block_tracker import ReceivedBlockTracker
+from receiver.block_info import ReceivedBlockInfo
+from receiver.registration import Registration
+from receiver.task import ReceiverTaskSpec, run_receiver_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReceiverTrackingInfo:
+    stream_id: int
+    state: str = "inactive"  # inactive | scheduled | active | deregistered | failed
+    host: str = ""
+    executor_id: str = ""
+    launches: int = 0
+    errors: list[str] = field(default_factory=list)
+    rate_limit: float = 0.0
+    commands: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1000))
+
+
+Listener = Callable[[str, int, str], None]  # (event, stream id, detail)
+
+
+class ReceiverTracker:
+    def __init__(
+        self,
+        block_tracker: ReceivedBlockTracker,
+        stream_ids: list[int],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_workers: int = 32,
+        listener: Listener | None = None,
+    ) -> None:
+        self.block_tracker = block_tracker
+        self.receivers = {s: ReceiverTrackingInfo(s) for s in stream_ids}
+        self._lock = threading.Lock()
+        self._listener = listener
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+            options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+        )
+        handlers = {
+            "RegisterReceiver": grpc.unary_unary_rpc_method_handler(
+                self._rpc_register, m.decode(m.REGISTER_REQUEST), m.encode(m.REGISTER_RESPONSE)),
+            "AddBlock": grpc.unary_unary_rpc_method_handler(
+                self._rpc_add_block, m.decode(m.ADD_BLOCK_REQUEST), m.encode(m.ADD_BLOCK_RESPONSE)),
+            "Report": grpc.unary_unary_rpc_method_handler(
+                self._rpc_report, m.decode(m.REPORT_REQUEST), m.encode(m.EMPTY)),
+            "Control": grpc.unary_stream_rpc_method_handler(
+                self._rpc_control, m.decode(m.CONTROL_REQUEST), m.encode(m.COMMAND)),
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(m.SERVICE, handlers),))
+        bound = self._server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"ReceiverTracker cannot bind {host}:{port}")
+        self.address = f"{host}:{bound}"
+        self._stopping = threading.Event()
+        self._threads: dict[int, threading.Thread] = {}
+        self._server.start()
+
+    # -- messages (in-process callers use these directly) ---------------------------
+
+    def _emit(self, event: str, stream_id: int, detail: str = "") -> None:
+        if self._listener is not None:
+            try:
+                self._listener(event, stream_id, detail)
+            except Exception:
+                log.exception("receiver listener failed")
+
+    def register_receiver(self, stream_id: int, host: str, executor_id: str) -> Registration:
+        with self._lock:
+            info = self.receivers.get(stream_id)
+            if self._stopping.is_set():
+                return Registration(False, "the streaming context is stopping")
+            if info is None:
+                return Registration(
+                    False, f"stream {stream_id} is not an input stream of this application")
+            if info.state == "active":
+                return Registration(
+                    False, f"a receiver for stream {stream_id} is already registered "
+                    f"(on {info.executor_id})")
+            info.state, info.host, info.executor_id = "active", host, executor_id
+            rate = info.rate_limit
+        self._emit("receiver_started", stream_id, executor_id)
+        return Registration(True, "registered",
+                            self.block_tracker.positions(stream_id), rate)
+
+    def _require_active(self, stream_id: int) -> None:
+        info = self.receivers.get(stream_id)
+        if info is None or info.state != "active":
+            state = "unknown" if info is None else info.state
+            raise UnknownReceiverError(
+                f"receiver of stream {stream_id} is not registered ({state}); "
+                "register it before reporting blocks")
+
+    def add_block(self, info: ReceivedBlockInfo) -> bool:
+        with self._lock:
+            self._require_active(info.stream_id)
+        return self.block_tracker.add_block(info)
+
+    def report_error(self, stream_id: int, message: str, error: str) -> None:
+        with self._lock:
+            info = self.receivers.get(stream_id)
+            if info is not None:
+                info.errors = [*info.errors[-99:], f"{message}: {error}"]
+        log.warning("receiver %d reported: %s %s", stream_id, message, error)
+        self._emit("receiver_error", stream_id, f"{message}: {error}")
+
+    def deregister_receiver(self, stream_id: int, message: str, error: str) -> None:
+        with self._lock:
+            info = self.receivers.get(stream_id)
+            if info is not None and info.state == "active":
+                info.state = "deregistered"
+        log.info("receiver %d deregistered: %s %s", stream_id, message, error)
+        self._emit("receiver_stopped", stream_id, message)
+
+    # -- gRPC adapters ------------------------------------------------------------
+
+    def _rpc_register(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> dict[str, Any]:
+        r = self.register_receiver(req["stream_id"], req["host"], req["executor_id"])
+        return {"accepted": r.accepted, "message": r.message,
+                "positions": [p.to_dict() for p in r.positions], "rate_limit": r.rate_limit}
+
+    def _rpc_add_block(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> dict[str, Any]:
+        info = ReceivedBlockInfo.from_dict(req["block"])
+        try:
+            ok = self.add_block(info)
+        except UnknownReceiverError as exc:
+            return {"ok": False, "message": str(exc)}
+        return {"ok": ok, "message": "" if ok else "the driver could not log the block"}
+
+    def _rpc_report(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> dict[str, Any]:
+        if req["kind"] == "DEREGISTER":
+            self.deregister_receiver(req["stream_id"], req["message"], req["error"])
+        else:
+            self.report_error(req["stream_id"], req["message"], req["error"])
+        return {}
+
+    def _rpc_control(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> Iterator[
+        dict[str, Any]
+    ]:
+        info = self.receivers.get(req["stream_id"])
+        if info is None:
+            return
+        while ctx.is_active():
+            try:
+                cmd = info.commands.get(timeout=1.0)
+            except queue.Empty:
+                if self._stopping.is_set() and info.state != "active":
+                    return
+                cmd = {"kind": "HEARTBEAT"}
+            yield cmd
+            if cmd["kind"] == "STOP":
+                return
+
+    def _send(self, stream_id: int, cmd: dict[str, Any]) -> None:
+        info = self.receivers[stream_id]
+        try:
+            info.commands.put_nowait(cmd)
+        except queue.Full:
+            log.error("receiver %d: command queue full; dropping %s", stream_id, cmd["kind"])
+
+    # -- driver-to-receiver messages ---------------------------------------------------
+
+    def cleanup_old_blocks(self, thresh_time_ms: int) -> None:
+        for s in self.all_receiver_ids():
+            self._send(s, {"kind": "CLEANUP_OLD_BLOCKS", "thresh_time_ms": thresh_time_ms})
+
+    def update_rate_limit(self, stream_id: int, rate: float) -> None:
+        self.receivers[stream_id].rate_limit = rate
+        self._send(stream_id, {"kind": "UPDATE_RATE_LIMIT", "rate_limit": rate})
+
+    def all_receiver_ids(self) -> list[int]:
+        return sorted(self.receivers)
+
+    # -- launching receivers as Spark jobs -------------------------------------------
+
+    def start_all_receivers(self, sc: Any, specs: list[ReceiverTaskSpec],
+                            relaunch_delay_s: float = 1.0, max_relaunches: int = 100) -> None:
+        for spec in specs:
+            t = threading.Thread(target=self._run_receiver_job,
+                                 args=(sc, spec, relaunch_delay_s, max_relaunches),
+                                 name=f"receiver-job-{spec.stream_id}", daemon=True)
+            self._threads[spec.stream_id] = t
+            t.start()
+
+    def _run_receiver_job(self, sc: Any, spec: ReceiverTaskSpec, delay_s: float,
+                          max_relaunches: int) -> None:
+        failures = 0
+        info = self.receivers[spec.stream_id]
+        while not self._stopping.is_set():
+            with self._lock:
+                info.state, info.launches = "scheduled", info.launches + 1
+            group = f"walstream-receiver-{spec.stream_id}-{info.launches}"
+            status = "failed"
+            try:
+                sc.setJobGroup(group, f"receiver for stream {spec.stream_id}", True)
+                rdd = sc.parallelize([0], 1).mapPartitions(
+                    lambda it, spec=spec: run_receiver_task(spec, it))
+                status = rdd.collect()[0]
+            except Exception as exc:
+                status = f"failed: {str(exc).splitlines()[0][:300]}"
+            with self._lock:
+                if info.state in ("active", "scheduled"):
+                    info.state = "inactive"
+            if self._stopping.is_set():
+                return
+            failures = 0 if status == "stopped" else failures + 1
+            log.warning("receiver %d ended (%s); relaunching in %.1fs", spec.stream_id,
+                        status, delay_s)
+            self._emit("receiver_error", spec.stream_id, f"receiver job ended: {status}")
+            if failures > max_relaunches:
+                with self._lock:
+                    info.state = "failed"
+                    info.errors.append(f"gave up after {max_relaunches} relaunches")
+                return
+            if self._stopping.wait(delay_s):
+                return
+
+    def restart_receiver(self, stream_id: int) -> None:
+        """Ask a receiver to stop; its launcher thread relaunches it."""
+        self._send(stream_id, {"kind": "STOP", "message": "restart requested by the driver"})
+
+    def stop_all_receivers(self, timeout_s: float = 60.0) -> None:
+        """Stop every receiver (each flushes its last blocks), then the endpoint."""
+        self._stopping.set()
+        for s in self.all_receiver_ids():
+            self._send(s, {"kind": "STOP", "message": "the streaming context is stopping"})
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads.values():
+            t.join(max(0.1, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._server.stop(grace=2).wait(5)

@@ -1,0 +1,21 @@
+"""The driver's answer to RegisterReceiver."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from receiver.block import SourceRange
+
+
+class Registration(NamedTuple):
+    """Indexable like Spark's ``(accepted, message)``, plus where to resume.
+
+    ``positions``: per source partition, the offset up to which the driver holds
+    this stream's data durably (``until_offset``); a (re)started receiver resumes
+    there. ``rate_limit``: the driver's current limit in records/s (0 = none).
+    """
+
+    accepted: bool
+    message: str
+    positions: tuple[SourceRange, ...] = ()
+    rate_limit: float = 0.0

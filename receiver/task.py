@@ -1,0 +1,93 @@
+"""Running a receiver as a long-running Spark task (what the driver's launcher submits).
+
+The task registers with the driver over gRPC, runs the supervisor, follows the
+driver's control stream (stop, cleanup, rate updates) and returns when the
+receiver stops. Spark must not retry it on its own (the tracker decides about
+relaunches, with fresh start positions), so an attempt number above 0 returns at
+once with ``retry-refused``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from receiver.block_generator import BlockGeneratorConfig
+from receiver.receiver import Receiver
+from receiver.supervisor import SupervisorConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReceiverTaskSpec:
+    """Everything a receiver task needs; pickled into the Spark job's closure."""
+
+    stream_id: int
+    receiver: Receiver
+    driver_address: str
+    bootstrap_servers: str
+    wal_name: str
+    generator_config: BlockGeneratorConfig = field(default_factory=BlockGeneratorConfig)
+    supervisor_config: SupervisorConfig = field(default_factory=SupervisorConfig)
+    wal_options: dict[str, Any] = field(default_factory=dict)
+
+
+def executor_id() -> str:
+    """Which executor runs us: host and the pid of the Python worker daemon."""
+    return f"{socket.gethostname()}:{os.getppid()}"
+
+
+def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]:
+    from pyspark import TaskContext
+
+    from receiver.driver_client import DriverClient
+    from receiver.supervisor import ReceiverSupervisor
+    from wal.kafka_log import KafkaWriteAheadLog
+
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.attemptNumber() > 0:
+        yield "retry-refused"  # the tracker, not Spark, relaunches receivers
+        return
+    client = DriverClient(spec.driver_address, spec.supervisor_config.report_timeout_s)
+    wal = KafkaWriteAheadLog(spec.bootstrap_servers, spec.wal_name, **spec.wal_options)
+    sup = ReceiverSupervisor(spec.receiver, spec.stream_id, wal, client,
+                             spec.generator_config, spec.supervisor_config, executor_id())
+    status = "stopped"
+    try:
+        sup.start()
+        follower = threading.Thread(target=_follow_control, args=(client, sup), daemon=True)
+        follower.start()
+        sup.await_termination()
+        if sup.error is not None:
+            status = f"failed: {sup.error}"
+    finally:
+        sup.stop("receiver task ending", None)
+        wal.close()
+        client.close()
+    yield status
+
+
+def _follow_control(client: Any, sup: Any) -> None:
+    try:
+        for cmd in client.control(sup.stream_id):
+            kind = cmd["kind"]
+            if kind == "STOP":
+                threading.Thread(target=sup.stop, args=(cmd["message"], None),
+                                 daemon=True).start()
+                return
+            if kind == "CLEANUP_OLD_BLOCKS":
+                sup.wal.clean(int(cmd["thresh_time_ms"]), False)
+            elif kind == "UPDATE_RATE_LIMIT":
+                sup.generator.update_rate(float(cmd["rate_limit"]))
+    except Exception as exc:
+        if not sup.stopped.is_set():
+            # The driver went away: stop, so the tracker of a restarted driver
+            # relaunches us from its own acknowledged positions.
+            log.error("stream %d: lost the driver's control stream: %s", sup.stream_id, exc)
+            sup.stop("driver unreachable", exc)

@@ -1,0 +1,75 @@
+"""Block and ReceivedBlockInfo codecs: versioned Avro, foreign bytes are CorruptDataError."""
+
+from __future__ import annotations
+
+import pytest
+
+from receiver.block import BLOCK_CODEC, Block, SourceRange
+from receiver.block_info import ReceivedBlockInfo
+from receiver.items import decode_item, encode_item
+from wal.handle import RecordHandle
+from walstream.errors import CorruptDataError, UnknownSchemaVersionError
+
+
+def sample_block() -> Block:
+    return Block(
+        stream_id=4,
+        block_id="input-4-abc",
+        records=[encode_item(x) for x in (b"a", "é", ("k", None), {"n": 1})],
+        source=(SourceRange("t1", 0, 10, 14), SourceRange("t2", 3, 0, 1)),
+    )
+
+
+def test_block_round_trip_with_source_ranges() -> None:
+    block = sample_block()
+    out = Block.decode(block.encode())
+    assert out == block
+    assert [decode_item(r) for r in out.records] == [b"a", "é", ("k", None), {"n": 1}]
+    assert out.source[0].until_offset == 14
+
+
+def test_empty_block_round_trip() -> None:
+    block = Block(0, "input-0-x", [])
+    assert Block.decode(block.encode()) == block
+
+
+def test_block_encoding_is_versioned_not_pickled() -> None:
+    data = sample_block().encode()
+    assert data.startswith(b"WSBK\x01")
+    assert b"\x80\x04" not in data[:2]  # no pickle protocol header
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"garbage that is not a block", b"\x80\x04\x95pickled", b"WSBK", b"WSB"],
+)
+def test_foreign_bytes_raise_corrupt_data_error(data: bytes) -> None:
+    with pytest.raises(CorruptDataError):
+        Block.decode(data)
+
+
+def test_truncated_or_padded_blocks_raise_corrupt_data_error() -> None:
+    data = sample_block().encode()
+    with pytest.raises(CorruptDataError):
+        Block.decode(data[:-3])
+    with pytest.raises(CorruptDataError):
+        Block.decode(data + b"\x00\x00")
+
+
+def test_unknown_version_raises_a_corrupt_data_subclass_naming_it() -> None:
+    data = bytearray(sample_block().encode())
+    data[len(BLOCK_CODEC.magic)] = 99
+    with pytest.raises(UnknownSchemaVersionError, match="99") as info:
+        Block.decode(bytes(data))
+    assert isinstance(info.value, CorruptDataError)
+
+
+def test_received_block_info_dict_round_trip() -> None:
+    info = ReceivedBlockInfo(
+        4, "input-4-abc", 4, RecordHandle("wal-topic", 2, 17, chunks=3, index=1),
+        (SourceRange("t1", 0, 10, 14),),
+    )
+    assert ReceivedBlockInfo.from_dict(info.to_dict()) == info
+    d = info.to_dict()
+    del d["source"]
+    assert ReceivedBlockInfo.from_dict(d).source == ()

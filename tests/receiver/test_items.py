@@ -1,0 +1,95 @@
+"""Item encoding: tagged bytes, never pickle; un-encodable objects are BadRecordError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from receiver.errors import BadRecordError, ReceiverError
+from receiver.items import decode_item, encode_item
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        b"",
+        b"plain bytes",
+        bytes(range(256)),
+        "",
+        "ascii",
+        "héllo wörld ✓ 日本語 🎉",
+        "lone surrogate \ud800 kept",
+        "bytes-looking b'x'",
+    ],
+)
+def test_bytes_and_str_round_trip_with_their_type(item: Any) -> None:
+    out = decode_item(encode_item(item))
+    assert out == item
+    assert type(out) is type(item)
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        (None, None),
+        (b"k", b"v"),
+        ("k", "v"),
+        (None, b"\x00\xff"),
+        ("ключ", None),
+        (b"", ""),
+        ("键", "värde 🎉"),
+        (b"key", "text"),
+        ("text", b"\x80binary"),
+    ],
+)
+def test_key_value_pairs_round_trip_with_their_types(pair: tuple[Any, Any]) -> None:
+    out = decode_item(encode_item(pair))
+    assert out == pair
+    assert type(out) is tuple
+    assert [type(x) for x in out] == [type(x) for x in pair]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, -7, 2**53, 3.25, True, False, None, [], {}, [1, "a", None, 2.5],
+     {"a": {"b": [1, 2, {"c": "é"}]}, "n": None}],
+)
+def test_json_values_round_trip(value: Any) -> None:
+    assert decode_item(encode_item(value)) == value
+
+
+def test_bytearray_and_memoryview_are_stored_as_bytes() -> None:
+    assert decode_item(encode_item(bytearray(b"ab"))) == b"ab"
+    assert decode_item(encode_item(memoryview(b"cd"))) == b"cd"
+
+
+def test_str_and_bytes_and_json_strings_are_not_confused() -> None:
+    encoded = {encode_item("1"), encode_item(b"1"), encode_item(1), encode_item(["1"])}
+    assert len(encoded) == 4
+    assert decode_item(encode_item("null")) == "null"
+    assert decode_item(encode_item(None)) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [object(), {1, 2}, float("nan"), float("inf"), [object()], {"k": object()}, 1 + 2j,
+     (None, 5)],
+    ids=["object", "set", "nan", "inf", "list-of-object", "dict-of-object", "complex",
+         "pair-with-int-is-json-list"],
+)
+def test_unencodable_objects_raise_bad_record_error(bad: Any) -> None:
+    if isinstance(bad, tuple):  # (None, 5) is not a pair of bytes/str: it is a JSON list
+        assert decode_item(encode_item(bad)) == [None, 5]
+        return
+    with pytest.raises(BadRecordError) as info:
+        encode_item(bad)
+    assert isinstance(info.value, ReceiverError)
+    assert type(bad).__name__ in str(info.value)
+
+
+def test_unknown_tag_raises_bad_record_error() -> None:
+    with pytest.raises(BadRecordError, match="unknown item tag"):
+        decode_item(b"zpayload")
+    with pytest.raises(BadRecordError):
+        decode_item(b"")
