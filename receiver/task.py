@@ -39,8 +39,12 @@ class ReceiverTaskSpec:
 
 
 def executor_id() -> str:
-    """Which executor runs us: host and the pid of the Python worker daemon."""
-    return f"{socket.gethostname()}:{os.getppid()}"
+    """Where we run: ``host:worker-daemon-pid:worker-pid``.
+
+    The daemon pid identifies the executor's Python side (one per executor);
+    the worker pid is the process that runs this receiver (chaos tests kill it).
+    """
+    return f"{socket.gethostname()}:{os.getppid()}:{os.getpid()}"
 
 
 def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]:
