@@ -116,10 +116,10 @@ def test_killed_receiver_worker_is_relaunched_and_ingestion_is_exactly_once(
 
 
 class _Refused(Receiver):
-    def onStart(self) -> None:  # noqa: N802
+    def onStart(self) -> None:
         raise AssertionError("a refused receiver must not start")
 
-    def onStop(self) -> None:  # noqa: N802
+    def onStop(self) -> None:
         pass
 
 
