@@ -31,6 +31,12 @@ import grpc
 from driver import rpc_messages as m
 from driver.errors import UnknownReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
+from driver.receiver_scheduling import (
+    ExecutorLocation,
+    executors_of,
+    located_single_partition_rdd,
+    reschedule_receiver,
+)
 from receiver.block_info import ReceivedBlockInfo
 from receiver.registration import Registration
 from receiver.task import ReceiverTaskSpec, run_receiver_task
@@ -47,10 +53,19 @@ class ReceiverTrackingInfo:
     launches: int = 0
     errors: list[str] = field(default_factory=list)
     rate_limit: float = 0.0
+    scheduled_locations: list[str] = field(default_factory=list)
     commands: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1000))
 
 
 Listener = Callable[[str, int, str], None]  # (event, stream id, detail)
+
+
+def _location_of(locations: list[str]) -> ExecutorLocation | None:
+    """The executor named by ``executor_<host>_<id>``, if that is what was chosen."""
+    if not locations or not locations[0].startswith("executor_"):
+        return None
+    host, _, executor_id = locations[0][len("executor_"):].rpartition("_")
+    return ExecutorLocation(host, executor_id)
 
 
 class ReceiverTracker:
@@ -89,6 +104,7 @@ class ReceiverTracker:
         self.address = f"{host}:{bound}"
         self._stopping = threading.Event()
         self._threads: dict[int, threading.Thread] = {}
+        self._placed: dict[int, ExecutorLocation | None] = {}
         self._server.start()
 
     # -- messages (in-process callers use these directly) ---------------------------
@@ -227,8 +243,15 @@ class ReceiverTracker:
             group = f"walstream-receiver-{spec.stream_id}-{info.launches}"
             status = "failed"
             try:
+                # Place it: the preferred host, else the least loaded live executor.
+                locations = reschedule_receiver(
+                    spec.receiver.preferredLocation, executors_of(sc),
+                    {s: self._placed.get(s) for s in self.receivers if s != spec.stream_id})
+                with self._lock:
+                    info.scheduled_locations = locations
+                    self._placed[spec.stream_id] = _location_of(locations)
                 sc.setJobGroup(group, f"receiver for stream {spec.stream_id}", True)
-                rdd = sc.parallelize([0], 1).mapPartitions(
+                rdd = located_single_partition_rdd(sc, locations).mapPartitions(
                     lambda it, spec=spec: run_receiver_task(spec, it))
                 status = rdd.collect()[0]
             except Exception as exc:

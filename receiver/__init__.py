@@ -18,7 +18,10 @@ from receiver.errors import (
 )
 from receiver.kafka_receiver import KafkaReceiver
 from receiver.rate_limiter import RateLimiter
+from receiver.rate_receiver import RateGeneratorReceiver, generated_line
 from receiver.receiver import Receiver
+from receiver.registration import Registration
+from receiver.socket_receiver import SocketTextReceiver
 from receiver.supervisor import BlockReporter, ReceiverSupervisor, SupervisorConfig
 
 __all__ = [
@@ -32,11 +35,15 @@ __all__ = [
     "BlockReporter",
     "BlockStoreError",
     "KafkaReceiver",
+    "RateGeneratorReceiver",
     "RateLimiter",
     "Receiver",
     "ReceiverError",
     "ReceiverRefusedError",
     "ReceiverSupervisor",
+    "Registration",
+    "SocketTextReceiver",
     "SourceRange",
     "SupervisorConfig",
+    "generated_line",
 ]
