@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +19,18 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from driver.block_rdd import block_rdd
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from driver.spark import create_spark_context
-from receiver import BlockGeneratorConfig, KafkaReceiver, Receiver
+from integration_tests.harness import ReceiverPipeline, wait_for
+from receiver import (
+    KafkaReceiver,
+    RateGeneratorReceiver,
+    Receiver,
+    SocketTextReceiver,
+    generated_line,
+)
 from receiver.task import ReceiverTaskSpec, run_receiver_task
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
 pytestmark = pytest.mark.spark
 
@@ -34,19 +40,6 @@ def sc() -> Iterator[object]:
     context = create_spark_context("walstream-receiver-tests", "local[3]")
     yield context
     context.stop()
-
-
-def _wait(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _worker_pid(tracker: ReceiverTracker, stream_id: int) -> int:
-    info = tracker.receivers[stream_id]
-    return int(info.executor_id.rsplit(":", 1)[1]) if info.state == "active" else -1
 
 
 def test_killed_receiver_worker_is_relaunched_and_ingestion_is_exactly_once(
@@ -66,53 +59,99 @@ def test_killed_receiver_worker_is_relaunched_and_ingestion_is_exactly_once(
         producer.flush(30)
 
     app = unique_name("app")
-    block_tracker = ReceivedBlockTracker(
-        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
-    tracker = ReceiverTracker(block_tracker, [0])
-    spec = ReceiverTaskSpec(
-        stream_id=0,
-        receiver=KafkaReceiver(bootstrap, f"{app}-group", {topic: 1}),
-        driver_address=tracker.address,
-        bootstrap_servers=bootstrap,
-        wal_name=f"{app}-receiver-0",
-        generator_config=BlockGeneratorConfig(block_interval_ms=100),
-    )
-    seen: list[str] = []
-    batch_time = [10_000]
-
-    def run_batch() -> None:
-        batch_time[0] += 1000
-        block_tracker.allocate_blocks_to_batch(batch_time[0])
-        blocks = block_tracker.get_blocks_of_batch_and_stream(batch_time[0], 0)
-        seen.extend(v for _, v in block_rdd(sc, blocks, bootstrap).collect())
-
+    p = ReceiverPipeline(sc, bootstrap, app, [KafkaReceiver(bootstrap, f"{app}-g", {topic: 1})])
     try:
-        tracker.start_all_receivers(sc, [spec], relaunch_delay_s=0.5)
-        _wait(lambda: _worker_pid(tracker, 0) > 0, 60, "the receiver to register")
+        p.start()
         feeder = threading.Thread(target=produce, daemon=True)
         feeder.start()
-        _wait(lambda: len(block_tracker.get_unallocated_blocks(0)) >= 3, 60, "first blocks")
-        run_batch()
-        victim = _worker_pid(tracker, 0)
+        wait_for(lambda: len(p.blocks.get_unallocated_blocks(0)) >= 3, 60, "first blocks")
+        p.run_batch()
+        victim = p.worker_pid(0)
         os.kill(victim, signal.SIGKILL)  # mid-stream, while the feeder is still writing
         killed_at = time.monotonic()
-        _wait(lambda: _worker_pid(tracker, 0) not in (-1, victim), 30, "the relaunch")
+        wait_for(lambda: p.worker_pid(0) not in (-1, victim), 30, "the relaunch")
         relaunch_s = time.monotonic() - killed_at
         assert relaunch_s < 10, f"relaunch took {relaunch_s:.1f}s"
-        assert tracker.receivers[0].launches == 2
+        assert p.tracker.receivers[0].launches == 2
         feeder.join(120)
-        positions = lambda: sum(r.until_offset for r in block_tracker.positions(0))  # noqa: E731
-        _wait(lambda: positions() >= total, 120, "every record to be reported")
-        run_batch()
-        tracker.stop_all_receivers()
-        run_batch()
+        reported = lambda: sum(r.until_offset for r in p.blocks.positions(0))  # noqa: E731
+        wait_for(lambda: reported() >= total, 120, "every record to be reported")
+        p.run_batch()
+        p.stop()
     finally:
-        tracker.stop_all_receivers()
-        tracker.stop()
-        block_tracker.cleanup_old_batches(2**42, wait_for_completion=True)
-        block_tracker.stop()
+        p.close()
+    seen = [v for _, v in p.items[0]]
     assert len(seen) == len(set(seen)), f"{len(seen) - len(set(seen))} duplicates"
     assert sorted(seen) == sorted(f"rec-{i}" for i in range(total))
+
+
+class Forms(Receiver):
+    """Stores 4 x 250 items, one store form each (single, list, iterator, storeBytes)."""
+
+    def onStart(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        for i in range(250):
+            self.store(f"single-{i}")
+        self.store([f"list-{i}" for i in range(250)])
+        self.store(iter([f"iter-{i}" for i in range(250)]))
+        for i in range(250):
+            self.storeBytes(f"bytes-{i}".encode())
+
+    def onStop(self) -> None:
+        pass
+
+
+def test_a_custom_receiver_delivers_exactly_what_it_stored_in_every_form(
+    sc: object, bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    p = ReceiverPipeline(sc, bootstrap, unique_name("forms"), [Forms()])
+    try:
+        p.start()
+        wait_for(lambda: sum(b.num_records for b in p.blocks.get_unallocated_blocks(0)) >= 1000,
+                 60, "1000 records")
+        p.stop()
+    finally:
+        p.close()
+    expected = [f"{kind}-{i}" for kind in ("single", "list", "iter") for i in range(250)]
+    expected += [f"bytes-{i}".encode() for i in range(250)]
+    assert sorted(map(repr, p.items[0])) == sorted(map(repr, expected))
+
+
+def test_socket_and_generator_receivers(
+    sc: object, bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    lines = [f"line {i} of the socket" for i in range(500)]
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    connections: list[socket.socket] = []
+
+    def serve() -> None:
+        # First connection: half the lines, then hang up; the receiver reconnects.
+        for chunk in (lines[:250], lines[250:]):
+            conn, _ = server.accept()
+            connections.append(conn)
+            conn.sendall("".join(f"{line}\n" for line in chunk).encode())
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    gen = RateGeneratorReceiver(rate=2000, seed=7, total=800)
+    sock = SocketTextReceiver("127.0.0.1", port, initial_backoff_s=0.05)
+    p = ReceiverPipeline(sc, bootstrap, unique_name("sock"), [sock, gen])
+    try:
+        p.start()
+        wait_for(lambda: len(connections) == 2, 30, "the socket receiver to reconnect")
+        wait_for(lambda: sum(r.until_offset for r in p.blocks.positions(1)) >= 800, 60,
+                 "the generator's 800 lines")
+        wait_for(lambda: sum(b.num_records for b in p.blocks.get_unallocated_blocks(0)) >= 500,
+                 60, "the socket's 500 lines")
+        p.stop()
+    finally:
+        p.close()
+        server.close()
+    assert sorted(p.items[0]) == sorted(lines)
+    assert p.items[1] == [generated_line(7, i) for i in range(800)]
 
 
 class _Refused(Receiver):
