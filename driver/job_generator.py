@@ -1,14 +1,18 @@
-"""JobGenerator: every batch interval, allocate the received blocks and run the batch.
+"""JobGenerator: turns batch times into job sets, and cleans up after them.
 
-Per batch time ``t`` (the order is what makes a re-run deterministic):
+An event loop (one thread, bounded queue) handles, as Spark's does:
 
-1. ``tracker.allocate_blocks_to_batch(t)``: the allocation is logged before it
-   takes effect, so after a crash batch ``t`` is rebuilt with the same blocks.
-2. Hand ``t`` to the job runner (one thread, batches in time order), which
-   builds the batch from ``tracker.get_blocks_of_batch(t)`` and runs it on Spark.
+* ``GenerateJobs(t)``, posted by the recurring timer on every batch boundary:
+  (1) allocate the received blocks to ``t`` in the tracker (logged first, so a
+  re-run of ``t`` after a crash gets the same blocks); (2) ask the graph for the
+  batch's jobs; (3) hand them to the JobScheduler; (4) post ``DoCheckpoint(t)``.
+* ``BatchCompleted(t)``, when all jobs of ``t`` finished: checkpoint again (now
+  that ``t`` is done), and only after that checkpoint is durable clean the
+  tracker's batches and the WALs older than what the graph must remember
+  (DESIGN.md invariant 5); without checkpointing, clean at once.
 
-A failed allocation write leaves the blocks queued for the next batch and the
-batch runs empty. Job errors are kept and re-raised by :meth:`await_termination`.
+A failed allocation write leaves the blocks queued for the next batch; the
+batch runs with what it was given (nothing). Nothing here blocks the timer.
 """
 
 from __future__ import annotations
@@ -18,12 +22,18 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from driver.errors import JobFailedError, TrackerWriteError
+from driver.batch_info import BatchInfo
+from driver.errors import TrackerWriteError
+from driver.job_scheduler import Job, JobScheduler
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.recurring_timer import RecurringTimer
 
 log = logging.getLogger(__name__)
+
+GenerateJobs = Callable[[int], list[Job]]
+Checkpointer = Callable[[int, Callable[[], None] | None], None]
 
 
 class JobGenerator:
@@ -31,67 +41,108 @@ class JobGenerator:
         self,
         tracker: ReceivedBlockTracker,
         batch_interval_ms: int,
-        run_batch: Callable[[int], None],
-        max_pending_batches: int = 1000,
+        generate_jobs: GenerateJobs,
+        scheduler: JobScheduler,
+        cleanup: Callable[[int], None] | None = None,
+        checkpointer: Checkpointer | None = None,
+        max_events: int = 10_000,
     ) -> None:
         self.tracker = tracker
         self.batch_interval_ms = batch_interval_ms
-        self.run_batch = run_batch
-        self._timer = RecurringTimer(batch_interval_ms, self._generate_jobs, "job-generator")
-        self._jobs: queue.Queue[int | None] = queue.Queue(max_pending_batches)
-        self._runner = threading.Thread(target=self._run_jobs, name="job-runner", daemon=True)
-        self.errors: list[BaseException] = []
-        self.completed: list[int] = []
+        self.generate_jobs = generate_jobs
+        self.scheduler = scheduler
+        self.cleanup = cleanup
+        self.checkpointer = checkpointer
+        self._timer = RecurringTimer(batch_interval_ms, self._on_tick, "job-generator-timer")
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue(max_events)
+        self._loop = threading.Thread(target=self._run, name="job-generator", daemon=True)
         self.last_generated_ms: int | None = None
-        self._done = threading.Event()
+        self._generated = threading.Condition()
 
-    def start(self) -> int:
-        self._runner.start()
-        return self._timer.start()
+    def start(self, first_time_ms: int | None = None) -> int:
+        """Start the loop and the timer; returns the first batch time."""
+        self._loop.start()
+        return self._timer.start(first_time_ms)
 
-    def _generate_jobs(self, t: int) -> None:
+    def resubmit(self, times: list[int]) -> None:
+        """Generate jobs for times missed or pending before a restart (in order)."""
+        for t in sorted(times):
+            self._post("generate", t)
+
+    def _on_tick(self, t: int) -> None:
+        self._post("generate", t)
+
+    def _post(self, kind: str, payload: Any) -> None:
         try:
-            self.tracker.allocate_blocks_to_batch(t)
+            self._events.put((kind, payload), timeout=self.batch_interval_ms / 1000 * 10)
+        except queue.Full:
+            log.error("job generator event queue full; %s %s dropped", kind, payload)
+
+    def on_batch_completed(self, info: BatchInfo) -> None:
+        """Wire this to JobScheduler(on_batch_completed=...)."""
+        self._post("completed", info.batch_time_ms)
+
+    def _run(self) -> None:
+        while True:
+            kind, payload = self._events.get()
+            try:
+                if kind == "stop":
+                    return
+                if kind == "generate":
+                    self._generate(payload)
+                elif kind == "completed":
+                    self._completed(payload)
+            except Exception:
+                log.exception("job generator: %s %s failed", kind, payload)
+
+    def _generate(self, t: int) -> None:
+        try:
+            self.tracker.allocate_blocks_to_batch(t)  # logged before it takes effect
         except TrackerWriteError as exc:
             log.error("batch %d: %s", t, exc)
-        self.last_generated_ms = t
-        try:
-            self._jobs.put(t, timeout=self.batch_interval_ms / 1000 * 10)
-        except queue.Full:
-            self.errors.append(JobFailedError(f"batch {t}: job queue full, batches too slow"))
+        blocks = self.tracker.get_blocks_of_batch(t)
+        records = {s: sum(b.num_records for b in bs) for s, bs in blocks.items()}
+        jobs = self.generate_jobs(t)
+        self.scheduler.submit_job_set(jobs, t, records)
+        if self.checkpointer is not None:
+            self.checkpointer(t, None)
+        with self._generated:
+            self.last_generated_ms = t
+            self._generated.notify_all()
 
-    def _run_jobs(self) -> None:
-        while True:
-            t = self._jobs.get()
-            if t is None:
-                self._done.set()
-                return
-            try:
-                self.run_batch(t)
-                self.completed.append(t)
-            except Exception as exc:
-                log.error("batch %d failed: %s", t, exc)
-                self.errors.append(JobFailedError(f"batch {t} failed: {exc}"))
+    def _completed(self, t: int) -> None:
+        if self.cleanup is None:
+            return
+        cleanup = self.cleanup
+        if self.checkpointer is not None:
+            # Clean only once a checkpoint that no longer needs the data is durable.
+            self.checkpointer(t, lambda: cleanup(t))
+        else:
+            cleanup(t)
 
-    def stop(self, drain: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> None:
-        """Stop generating; with ``drain``, first keep going until ``drain()`` is true.
+    def wait_for_batch_after(self, t: int | None, timeout_s: float) -> bool:
+        """Wait until a batch later than ``t`` was generated."""
+        deadline = time.monotonic() + timeout_s
+        with self._generated:
+            while self.last_generated_ms is None or (t is not None and self.last_generated_ms <= t):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._generated.wait(left)
+        return True
 
-        A graceful stop passes ``drain`` = "no unallocated blocks left", so every
-        received block is processed before the generator stops.
+    def stop(self, drain: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> int:
+        """Stop the timer (after ``drain()`` holds, batch by batch); return the next time.
+
+        A graceful stop passes ``drain`` = "no unallocated blocks left": batches
+        keep being generated until every received block belongs to one.
         """
         deadline = time.monotonic() + timeout_s
         if drain is not None:
             while not drain() and time.monotonic() < deadline:
                 time.sleep(self.batch_interval_ms / 1000 / 4)
-            # One more batch boundary so the last allocation has run.
-            last = self.last_generated_ms
-            while self.last_generated_ms == last and time.monotonic() < deadline:
-                time.sleep(0.02)
-        self._timer.stop()
-        self._jobs.put(None)
-        self._done.wait(max(0.1, deadline - time.monotonic()))
-
-    def await_termination(self) -> None:
-        self._done.wait()
-        if self.errors:
-            raise self.errors[0]
+            self.wait_for_batch_after(self.last_generated_ms, max(0.0, deadline - time.monotonic()))
+        next_time = self._timer.stop()
+        self._post("stop", None)
+        self._loop.join(max(0.1, deadline - time.monotonic()))
+        return next_time

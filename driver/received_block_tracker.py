@@ -43,6 +43,7 @@ from receiver.block_info import ReceivedBlockInfo
 from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import CorruptDataError
+from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,9 @@ class ReceivedBlockTracker:
             return True
         try:
             self._wal.write(encode_event(event), int(self._clock() * 1000))
+            kill_point("tracker.after_log_before_apply")
+            if isinstance(event, BatchAllocation):
+                kill_point("tracker.after_allocation_logged")
             return True
         except WalError as exc:
             log.error("tracker: could not log %s: %s", type(event).__name__, exc)
@@ -193,7 +197,8 @@ class ReceivedBlockTracker:
             if not self._log(event):
                 return False
             self._apply(event)
-            return True
+        kill_point("tracker.after_add_block_before_answer")
+        return True
 
     def allocate_blocks_to_batch(self, batch_time_ms: int) -> None:
         """Give every unallocated block to ``batch_time_ms`` (logged first).

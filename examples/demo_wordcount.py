@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from driver.block_rdd import block_rdd
 from driver.job_generator import JobGenerator
+from driver.job_scheduler import Job, JobScheduler
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import LocalReceiverEndpoint
 from driver.spark import create_spark_context
@@ -124,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"batch {stamp}: {len(blocks)} blocks, {sum(counts.values())} words"
                   f"{': ' + top if top else ''}", flush=True)
 
-        jobs = JobGenerator(tracker, args.batch_ms, run_batch)
+        scheduler = JobScheduler(on_batch_completed=lambda info: jobs.on_batch_completed(info))
+        jobs = JobGenerator(
+            tracker, args.batch_ms,
+            lambda t: [Job(t, 0, "word count", lambda: run_batch(t))], scheduler,
+            # After a batch: forget batches and WAL records older than one interval.
+            cleanup=lambda t: tracker.cleanup_old_batches(t - args.batch_ms, False))
         gen_done = threading.Event()
         lines = [-1]
         generator = threading.Thread(
@@ -150,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.05)
             supervisor.stop("demo finished", None)
             jobs.stop(drain=lambda: not tracker.has_unallocated_blocks())
-            jobs.await_termination()
+            scheduler.wait_idle(120)
+            scheduler.stop()
+            if scheduler.errors:
+                raise scheduler.errors[0]
         finally:
             supervisor.stop("demo ending", None)
             tracker.cleanup_old_batches(2**42, wait_for_completion=True)
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     total_in, total_out = sum(written.values()), sum(counted.values())
     lost = sum((written - counted).values())
     doubled = sum((counted - written).values())
-    print(f"demo: {len(jobs.completed)} batches in {time.monotonic() - t0:.1f}s; words written "
+    print(f"demo: {len(scheduler.completed)} batches in {time.monotonic() - t0:.1f}s; words written "
           f"{total_in}, counted {total_out}; lost {lost}, doubled {doubled}", flush=True)
     if lost or doubled or total_in == 0:
         print("demo: FAILED: the counts do not add up to the input", file=sys.stderr)

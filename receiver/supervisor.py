@@ -43,6 +43,7 @@ from receiver.registration import Registration
 from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import ConfigError
+from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +341,7 @@ class ReceiverSupervisor:
                         f"after {attempt} tries: {exc}") from exc
                 time.sleep(self.config.store_backoff_s * attempt)
         assert handle is not None
+        kill_point("receiver.after_store_before_report")
         # Step 2: report, and wait for the driver's answer (given after its WAL write).
         info = ReceivedBlockInfo(self.stream_id, block_id, len(records), handle, source)
         for attempt in range(1, self.config.report_retries + 1):

@@ -1,0 +1,163 @@
+"""JobScheduler: runs each batch's jobs on Spark and records what happened.
+
+Job sets run on a pool of ``spark.streaming.concurrentJobs`` threads (default
+1, so batches run one after another in time order). For each batch it records
+a :class:`BatchInfo` (submission, processing start and end, records per
+stream, one :class:`OutputOperationInfo` per output operation) and posts
+PySpark's listener events. A failed job is recorded with its original error
+text and re-raised by :meth:`await_termination`, as ``ssc.awaitTermination``
+does; the other batches go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from driver.batch_info import BatchInfo, OutputOperationInfo
+from driver.errors import JobFailedError
+from driver.listener import ListenerBus, event
+from walstream.killpoints import kill_point
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Job:
+    """One output operation of one batch."""
+
+    time_ms: int
+    output_op_id: int
+    name: str
+    func: Callable[[], None]
+    description: str = ""
+
+
+@dataclass
+class JobSet:
+    time_ms: int
+    jobs: list[Job]
+    info: BatchInfo
+    remaining: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class JobScheduler:
+    def __init__(
+        self,
+        bus: ListenerBus | None = None,
+        concurrent_jobs: int = 1,
+        on_batch_completed: Callable[[BatchInfo], None] | None = None,
+        max_retained_batches: int = 1000,
+    ) -> None:
+        self.bus = bus or ListenerBus()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, concurrent_jobs),
+                                        thread_name_prefix="streaming-job")
+        self._on_batch_completed = on_batch_completed
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._running: dict[int, JobSet] = {}
+        self.completed: list[BatchInfo] = []  # newest last, at most max_retained_batches
+        self._max_retained = max_retained_batches
+        self.errors: list[JobFailedError] = []
+        self._stopped = False
+
+    def submit_job_set(self, jobs: list[Job], time_ms: int,
+                       records_per_stream: dict[int, int]) -> None:
+        info = BatchInfo(time_ms, dict(records_per_stream), now_ms())
+        for job in jobs:
+            info.output_operations[job.output_op_id] = OutputOperationInfo(
+                time_ms, job.output_op_id, job.name, job.description)
+        job_set = JobSet(time_ms, jobs, info, remaining=len(jobs))
+        with self._lock:
+            if self._stopped:
+                log.warning("batch %d not run: the scheduler is stopped", time_ms)
+                return
+            self._running[time_ms] = job_set
+        self.bus.post("onBatchSubmitted", event(batchInfo=info))
+        if not jobs:
+            info.processing_start_time_ms = info.processing_end_time_ms = now_ms()
+            self._finish(job_set)
+            return
+        for job in jobs:
+            self._pool.submit(self._run_job, job_set, job)
+
+    def _run_job(self, job_set: JobSet, job: Job) -> None:
+        info = job_set.info
+        with job_set.lock:
+            if info.processing_start_time_ms is None:
+                info.processing_start_time_ms = now_ms()
+                self.bus.post("onBatchStarted", event(batchInfo=info))
+        op = info.output_operations[job.output_op_id]
+        op.start_time_ms = now_ms()
+        self.bus.post("onOutputOperationStarted", event(outputOperationInfo=op))
+        try:
+            kill_point("batch.during_output")
+            job.func()
+        except Exception as exc:
+            op.failure_reason = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            err = JobFailedError(
+                f"Error running job {job.name} of batch {job.time_ms}: {op.failure_reason}")
+            err.__cause__ = exc
+            log.error("%s", err)
+            with self._lock:
+                self.errors.append(err)
+                self._cond.notify_all()
+        finally:
+            op.end_time_ms = now_ms()
+            self.bus.post("onOutputOperationCompleted", event(outputOperationInfo=op))
+            with job_set.lock:
+                job_set.remaining -= 1
+                last = job_set.remaining == 0
+            if last:
+                info.processing_end_time_ms = now_ms()
+                self._finish(job_set)
+
+    def _finish(self, job_set: JobSet) -> None:
+        with self._lock:
+            self._running.pop(job_set.time_ms, None)
+            self.completed.append(job_set.info)
+            del self.completed[:-self._max_retained]
+            self._cond.notify_all()
+        self.bus.post("onBatchCompleted", event(batchInfo=job_set.info))
+        if self._on_batch_completed is not None:
+            try:
+                self._on_batch_completed(job_set.info)
+            except Exception:
+                log.exception("batch %d: completion handling failed", job_set.time_ms)
+
+    def pending_times(self) -> list[int]:
+        with self._lock:
+            return sorted(self._running)
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no job set is running."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def await_error(self, timeout_s: float | None) -> JobFailedError | None:
+        """Wait for the first job error (None when none came within the timeout)."""
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self.errors) or self._stopped, timeout_s)
+            return self.errors[0] if self.errors else None
+
+    def stop(self, wait_for_jobs: bool = True) -> None:
+        with self._lock:
+            self._stopped = True
+            self._cond.notify_all()
+        self._pool.shutdown(wait=wait_for_jobs, cancel_futures=not wait_for_jobs)
