@@ -171,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     total_in, total_out = sum(written.values()), sum(counted.values())
     lost = sum((written - counted).values())
     doubled = sum((counted - written).values())
-    print(f"demo: {len(scheduler.completed)} batches in {time.monotonic() - t0:.1f}s; words written "
-          f"{total_in}, counted {total_out}; lost {lost}, doubled {doubled}", flush=True)
+    print(f"demo: {len(scheduler.completed)} batches in {time.monotonic() - t0:.1f}s; "
+          f"words written {total_in}, counted {total_out}; lost {lost}, doubled {doubled}",
+          flush=True)
     if lost or doubled or total_in == 0:
         print("demo: FAILED: the counts do not add up to the input", file=sys.stderr)
         return 1
