@@ -1,0 +1,216 @@
+"""StreamingEngine: the driver's moving parts wired together (what Spark's
+JobScheduler owns): ReceivedBlockTracker over the driver WAL, ReceiverTracker
+(gRPC endpoint + receivers as Spark jobs), JobGenerator, JobScheduler, the
+listener bus and, with backpressure on, the rate controller.
+
+The public ``driver.StreamingContext`` builds the DStream graph and drives this
+engine; the engine knows nothing of DStreams: it asks ``generate_jobs(t)`` for a
+batch's jobs.
+
+Stop protocol (graceful): (1) stop the receivers (each flushes its last blocks,
+stored and reported); (2) keep generating batches until no block is unallocated;
+(3) wait for the running batches; (4) stop the timer, the scheduler, the
+endpoint and close the WAL. Ungraceful: skip (2) and (3).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from driver.batch_info import BatchInfo, ReceiverInfo
+from driver.job_generator import Checkpointer, JobGenerator
+from driver.job_scheduler import Job, JobScheduler
+from driver.listener import ListenerBus, StreamingListener, event
+from driver.rate_controller import PIDRateEstimator, RateController
+from driver.received_block_tracker import ReceivedBlockTracker
+from driver.receiver_tracker import ReceiverTracker
+from receiver.block_generator import BlockGeneratorConfig
+from receiver.receiver import Receiver
+from receiver.supervisor import SupervisorConfig
+from receiver.task import ReceiverTaskSpec
+from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """``app_id`` names the WALs (``<app_id>-driver``, ``<app_id>-receiver-<n>``), so a
+    restarted driver with the same id finds its logs again."""
+
+    app_id: str
+    batch_interval_ms: int
+    bootstrap_servers: str
+    remember_ms: int = 0
+    concurrent_jobs: int = 1
+    block_interval_ms: int = 200
+    block_queue_size: int = 10
+    max_rate: float = 0.0
+    backpressure: bool = False
+    backpressure_initial_rate: float = 0.0
+    pid: dict[str, str] = field(default_factory=dict)
+    endpoint_host: str = "127.0.0.1"
+    endpoint_port: int = 0
+    relaunch_delay_s: float = 1.0
+    wal_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batch_interval_ms <= 0:
+            raise ConfigError("batch interval must be > 0")
+        if not self.app_id:
+            raise ConfigError("app_id must not be empty")
+
+    @classmethod
+    def from_spark_conf(cls, conf: dict[str, str], **kw: Any) -> EngineConfig:
+        """Spark's streaming conf names (spark.streaming.*) mapped onto the engine."""
+        def ms(key: str, default: int) -> int:
+            raw = conf.get(key)
+            if raw is None:
+                return default
+            raw = raw.strip().lower()
+            for suffix, mult in (("ms", 1), ("s", 1000), ("m", 60_000)):
+                if raw.endswith(suffix) and raw[: -len(suffix)].isdigit():
+                    return int(raw[: -len(suffix)]) * mult
+            return int(raw)
+
+        kw.setdefault("concurrent_jobs", int(conf.get("spark.streaming.concurrentJobs", 1)))
+        kw.setdefault("block_interval_ms", ms("spark.streaming.blockInterval", 200))
+        kw.setdefault("block_queue_size", int(conf.get("spark.streaming.blockQueueSize", 10)))
+        kw.setdefault("max_rate", float(conf.get("spark.streaming.receiver.maxRate", 0)))
+        kw.setdefault("backpressure", conf.get("spark.streaming.backpressure.enabled",
+                                               "false").lower() == "true")
+        kw.setdefault("backpressure_initial_rate",
+                      float(conf.get("spark.streaming.backpressure.initialRate", 0)))
+        kw.setdefault("pid", {k: v for k, v in conf.items()
+                              if k.startswith("spark.streaming.backpressure.pid.")})
+        return cls(**kw)
+
+
+class StreamingEngine:
+    def __init__(
+        self,
+        sc: Any,
+        config: EngineConfig,
+        receivers: dict[int, Receiver],
+        generate_jobs: Callable[[int], list[Job]],
+        checkpointer: Checkpointer | None = None,
+    ) -> None:
+        self.sc = sc
+        self.config = config
+        self.receivers = dict(receivers)
+        self.bus = ListenerBus()
+        self.driver_wal = BatchedWriteAheadLog(KafkaWriteAheadLog(
+            config.bootstrap_servers, f"{config.app_id}-driver", **config.wal_options))
+        # Replays the driver WAL: a restarted driver gets its queues back here.
+        self.tracker = ReceivedBlockTracker(sorted(receivers), self.driver_wal)
+        self.receiver_tracker = ReceiverTracker(
+            self.tracker, sorted(receivers), config.endpoint_host, config.endpoint_port,
+            listener=self._on_receiver_event)
+        self.scheduler = JobScheduler(self.bus, config.concurrent_jobs,
+                                      on_batch_completed=self._on_batch_completed)
+        self.generator = JobGenerator(self.tracker, config.batch_interval_ms, generate_jobs,
+                                      self.scheduler, cleanup=self._cleanup,
+                                      checkpointer=checkpointer)
+        self.rate_controller: RateController | None = None
+        if config.backpressure and receivers:
+            self.rate_controller = RateController(
+                PIDRateEstimator.from_conf(config.pid, config.batch_interval_ms),
+                self._publish_rate, config.max_rate)
+        self._started = False
+        self._stopped = threading.Event()
+        self._wake = threading.Event()  # stopped, or a job failed
+        threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
+
+    # -- listeners and rates ---------------------------------------------------------
+
+    def add_listener(self, listener: StreamingListener) -> None:
+        self.bus.add(listener)
+
+    def _on_receiver_event(self, kind: str, stream_id: int, detail: str) -> None:
+        info = self.receiver_tracker.receivers.get(stream_id)
+        rinfo = ReceiverInfo(stream_id, type(self.receivers.get(stream_id)).__name__,
+                             kind == "receiver_started", info.host if info else "",
+                             info.executor_id if info else "",
+                             detail if kind == "receiver_error" else "")
+        method = {"receiver_started": "onReceiverStarted", "receiver_error": "onReceiverError",
+                  "receiver_stopped": "onReceiverStopped"}[kind]
+        self.bus.post(method, event(receiverInfo=rinfo))
+
+    def _publish_rate(self, rate: float) -> None:
+        for s in self.receivers:
+            self.receiver_tracker.update_rate_limit(s, rate)
+
+    def _on_batch_completed(self, info: BatchInfo) -> None:
+        if self.rate_controller is not None:
+            self.rate_controller.on_batch_completed(
+                info.batch_time_ms, info.numRecords(), info.processingDelay() or 0,
+                info.schedulingDelay() or 0)
+        self.generator.on_batch_completed(info)
+
+    def _cleanup(self, t: int) -> None:
+        """After batch ``t`` (and its checkpoint): drop what no batch needs any more."""
+        thresh = t - max(self.config.remember_ms, self.config.batch_interval_ms)
+        self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
+        self.receiver_tracker.cleanup_old_blocks(thresh)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self, first_time_ms: int | None = None, resubmit: list[int] | None = None) -> int:
+        self.bus.start()
+        initial_rate = self.config.backpressure_initial_rate or self.config.max_rate
+        specs = []
+        for s, r in sorted(self.receivers.items()):
+            if initial_rate > 0:
+                self.receiver_tracker.receivers[s].rate_limit = initial_rate
+            specs.append(ReceiverTaskSpec(
+                s, r, self.receiver_tracker.address, self.config.bootstrap_servers,
+                f"{self.config.app_id}-receiver-{s}",
+                BlockGeneratorConfig(self.config.block_interval_ms, self.config.block_queue_size),
+                SupervisorConfig(), self.config.wal_options))
+        self.receiver_tracker.start_all_receivers(self.sc, specs, self.config.relaunch_delay_s)
+        if resubmit:
+            self.generator.resubmit(resubmit)
+        first = self.generator.start(first_time_ms)
+        self._started = True
+        self.bus.post("onStreamingStarted", event(time=first))
+        return first
+
+    def stop(self, graceful: bool = False, timeout_s: float = 120.0) -> None:
+        if self._stopped.is_set():
+            return
+        try:
+            if self._started:
+                self.receiver_tracker.stop_all_receivers(timeout_s)
+                if graceful:
+                    self.generator.stop(drain=lambda: not self.tracker.has_unallocated_blocks(),
+                                        timeout_s=timeout_s)
+                    self.scheduler.wait_idle(timeout_s)
+                else:
+                    self.generator.stop(timeout_s=10)
+            self.scheduler.stop(wait_for_jobs=graceful)
+        finally:
+            self.receiver_tracker.stop()
+            self.bus.stop()
+            self.tracker.stop()
+            self._stopped.set()
+            self._wake.set()
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait until stopped or a job failed; raise that job's error (original text).
+
+        Returns True when the engine stopped, False when the timeout passed.
+        """
+        self._wake.wait(timeout_s)
+        err = self.scheduler.await_error(0)
+        if err is not None:
+            raise err
+        return self._stopped.is_set()
+
+    def _watch_errors(self) -> None:
+        if self.scheduler.await_error(None) is not None:
+            self._wake.set()
