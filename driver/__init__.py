@@ -1,0 +1,13 @@
+"""driver: the driver side -- trackers, job generation, and the PySpark-compatible API.
+
+Port a PySpark streaming app by changing its imports:
+``from pyspark.streaming import StreamingContext`` -> ``from driver import StreamingContext``
+``from pyspark.streaming.kafka import KafkaUtils`` -> ``from driver import KafkaUtils``.
+"""
+
+from driver.dstream import DStream
+from driver.kafka_utils import KafkaUtils
+from driver.listener import StreamingListener
+from driver.streaming_context import StreamingContext
+
+__all__ = ["DStream", "KafkaUtils", "StreamingContext", "StreamingListener"]

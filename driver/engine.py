@@ -99,15 +99,20 @@ class StreamingEngine:
         receivers: dict[int, Receiver],
         generate_jobs: Callable[[int], list[Job]],
         checkpointer: Checkpointer | None = None,
+        clear_metadata: Callable[[int], None] | None = None,
+        driver_stream_ids: list[int] | None = None,
+        before_allocate: Callable[[int], None] | None = None,
     ) -> None:
         self.sc = sc
+        self._clear_metadata = clear_metadata
         self.config = config
         self.receivers = dict(receivers)
         self.bus = ListenerBus()
         self.driver_wal = BatchedWriteAheadLog(KafkaWriteAheadLog(
             config.bootstrap_servers, f"{config.app_id}-driver", **config.wal_options))
         # Replays the driver WAL: a restarted driver gets its queues back here.
-        self.tracker = ReceivedBlockTracker(sorted(receivers), self.driver_wal)
+        self.tracker = ReceivedBlockTracker(
+            sorted([*receivers, *(driver_stream_ids or [])]), self.driver_wal)
         self.receiver_tracker = ReceiverTracker(
             self.tracker, sorted(receivers), config.endpoint_host, config.endpoint_port,
             listener=self._on_receiver_event)
@@ -115,7 +120,8 @@ class StreamingEngine:
                                       on_batch_completed=self._on_batch_completed)
         self.generator = JobGenerator(self.tracker, config.batch_interval_ms, generate_jobs,
                                       self.scheduler, cleanup=self._cleanup,
-                                      checkpointer=checkpointer)
+                                      checkpointer=checkpointer,
+                                      before_allocate=before_allocate)
         self.rate_controller: RateController | None = None
         if config.backpressure and receivers:
             self.rate_controller = RateController(
@@ -154,6 +160,8 @@ class StreamingEngine:
 
     def _cleanup(self, t: int) -> None:
         """After batch ``t`` (and its checkpoint): drop what no batch needs any more."""
+        if self._clear_metadata is not None:
+            self._clear_metadata(t)
         thresh = t - max(self.config.remember_ms, self.config.batch_interval_ms)
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)

@@ -46,7 +46,9 @@ class JobGenerator:
         cleanup: Callable[[int], None] | None = None,
         checkpointer: Checkpointer | None = None,
         max_events: int = 10_000,
+        before_allocate: Callable[[int], None] | None = None,
     ) -> None:
+        self.before_allocate = before_allocate
         self.tracker = tracker
         self.batch_interval_ms = batch_interval_ms
         self.generate_jobs = generate_jobs
@@ -92,17 +94,28 @@ class JobGenerator:
                     self._generate(payload)
                 elif kind == "completed":
                     self._completed(payload)
+                elif kind == "call":
+                    payload()
             except Exception:
                 log.exception("job generator: %s %s failed", kind, payload)
 
     def _generate(self, t: int) -> None:
+        if self.before_allocate is not None:
+            # Driver-side inputs (direct Kafka streams) log what batch t will read.
+            self.before_allocate(t)
         try:
             self.tracker.allocate_blocks_to_batch(t)  # logged before it takes effect
         except TrackerWriteError as exc:
             log.error("batch %d: %s", t, exc)
         blocks = self.tracker.get_blocks_of_batch(t)
         records = {s: sum(b.num_records for b in bs) for s, bs in blocks.items()}
-        jobs = self.generate_jobs(t)
+        try:
+            jobs = self.generate_jobs(t)
+        except Exception as exc:
+            # As Spark: reported to the scheduler, so awaitTermination raises it (a log
+            # line alone would let the batch's blocks go by unprocessed, silently).
+            self.scheduler.report_error(f"Error generating jobs for time {t}", exc)
+            return
         self.scheduler.submit_job_set(jobs, t, records)
         if self.checkpointer is not None:
             self.checkpointer(t, None)
@@ -111,13 +124,12 @@ class JobGenerator:
             self._generated.notify_all()
 
     def _completed(self, t: int) -> None:
-        if self.cleanup is None:
-            return
         cleanup = self.cleanup
         if self.checkpointer is not None:
-            # Clean only once a checkpoint that no longer needs the data is durable.
-            self.checkpointer(t, lambda: cleanup(t))
-        else:
+            # Checkpoint again (t is no longer pending), also without a cleanup; clean
+            # only once that checkpoint, which no longer needs the data, is durable.
+            self.checkpointer(t, None if cleanup is None else lambda: cleanup(t))
+        elif cleanup is not None:
             cleanup(t)
 
     def wait_for_batch_after(self, t: int | None, timeout_s: float) -> bool:
@@ -135,7 +147,8 @@ class JobGenerator:
         """Stop the timer (after ``drain()`` holds, batch by batch); return the next time.
 
         A graceful stop passes ``drain`` = "no unallocated blocks left": batches
-        keep being generated until every received block belongs to one.
+        keep being generated until every received block belongs to one; then the
+        running batches are waited for and their completion handled.
         """
         deadline = time.monotonic() + timeout_s
         if drain is not None:
@@ -143,6 +156,15 @@ class JobGenerator:
                 time.sleep(self.batch_interval_ms / 1000 / 4)
             self.wait_for_batch_after(self.last_generated_ms, max(0.0, deadline - time.monotonic()))
         next_time = self._timer.stop()
+        if drain is not None:
+            # Graceful, as Spark's stop(processAllReceivedData = true): let the batches
+            # generated so far finish, so that their completion (checkpoint, then
+            # cleanup) is handled before the loop ends. First let the loop submit what
+            # it has queued, then wait for the scheduler (it queues "completed" events).
+            flushed = threading.Event()
+            self._post("call", flushed.set)
+            flushed.wait(max(0.0, deadline - time.monotonic()))
+            self.scheduler.wait_idle(max(0.0, deadline - time.monotonic()))
         self._post("stop", None)
         self._loop.join(max(0.1, deadline - time.monotonic()))
         return next_time

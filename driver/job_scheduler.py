@@ -11,6 +11,7 @@ does; the other batches go on.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from driver.batch_info import BatchInfo, OutputOperationInfo
 from driver.errors import JobFailedError
@@ -25,6 +27,16 @@ from driver.listener import ListenerBus, event
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
+
+
+def _snapshot(info: BatchInfo | OutputOperationInfo) -> Any:
+    """What a listener gets: the info as it is now (Spark posts immutable copies), not
+    the live object the scheduler keeps filling in while the event sits in the bus."""
+    return copy.deepcopy(info)
+
+
+def _reason(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
 def now_ms() -> int:
@@ -66,6 +78,7 @@ class JobScheduler:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._running: dict[int, JobSet] = {}
+        self._finishing = 0  # batches done whose completion callback has not returned
         self.completed: list[BatchInfo] = []  # newest last, at most max_retained_batches
         self._max_retained = max_retained_batches
         self.errors: list[JobFailedError] = []
@@ -83,7 +96,7 @@ class JobScheduler:
                 log.warning("batch %d not run: the scheduler is stopped", time_ms)
                 return
             self._running[time_ms] = job_set
-        self.bus.post("onBatchSubmitted", event(batchInfo=info))
+        self.bus.post("onBatchSubmitted", event(batchInfo=_snapshot(info)))
         if not jobs:
             info.processing_start_time_ms = info.processing_end_time_ms = now_ms()
             self._finish(job_set)
@@ -96,25 +109,19 @@ class JobScheduler:
         with job_set.lock:
             if info.processing_start_time_ms is None:
                 info.processing_start_time_ms = now_ms()
-                self.bus.post("onBatchStarted", event(batchInfo=info))
+                self.bus.post("onBatchStarted", event(batchInfo=_snapshot(info)))
         op = info.output_operations[job.output_op_id]
         op.start_time_ms = now_ms()
-        self.bus.post("onOutputOperationStarted", event(outputOperationInfo=op))
+        self.bus.post("onOutputOperationStarted", event(outputOperationInfo=_snapshot(op)))
         try:
             kill_point("batch.during_output")
             job.func()
         except Exception as exc:
-            op.failure_reason = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            err = JobFailedError(
-                f"Error running job {job.name} of batch {job.time_ms}: {op.failure_reason}")
-            err.__cause__ = exc
-            log.error("%s", err)
-            with self._lock:
-                self.errors.append(err)
-                self._cond.notify_all()
+            op.failure_reason = _reason(exc)
+            self.report_error(f"Error running job {job.name} of batch {job.time_ms}", exc)
         finally:
             op.end_time_ms = now_ms()
-            self.bus.post("onOutputOperationCompleted", event(outputOperationInfo=op))
+            self.bus.post("onOutputOperationCompleted", event(outputOperationInfo=_snapshot(op)))
             with job_set.lock:
                 job_set.remaining -= 1
                 last = job_set.remaining == 0
@@ -122,28 +129,41 @@ class JobScheduler:
                 info.processing_end_time_ms = now_ms()
                 self._finish(job_set)
 
+    def report_error(self, message: str, exc: BaseException) -> None:
+        """Record an error (Spark's JobScheduler.reportError): ``await_error`` returns it."""
+        err = JobFailedError(f"{message}: {_reason(exc)}")
+        err.__cause__ = exc
+        log.error("%s", err)
+        with self._lock:
+            self.errors.append(err)
+            self._cond.notify_all()
+
     def _finish(self, job_set: JobSet) -> None:
         with self._lock:
             self._running.pop(job_set.time_ms, None)
             self.completed.append(job_set.info)
             del self.completed[:-self._max_retained]
-            self._cond.notify_all()
-        self.bus.post("onBatchCompleted", event(batchInfo=job_set.info))
-        if self._on_batch_completed is not None:
-            try:
+            self._finishing += 1
+        self.bus.post("onBatchCompleted", event(batchInfo=_snapshot(job_set.info)))
+        try:
+            if self._on_batch_completed is not None:
                 self._on_batch_completed(job_set.info)
-            except Exception:
-                log.exception("batch %d: completion handling failed", job_set.time_ms)
+        except Exception:
+            log.exception("batch %d: completion handling failed", job_set.time_ms)
+        finally:
+            with self._lock:
+                self._finishing -= 1
+                self._cond.notify_all()
 
     def pending_times(self) -> list[int]:
         with self._lock:
             return sorted(self._running)
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no job set is running."""
+        """Wait until no job set is running and every completion callback returned."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._running:
+            while self._running or self._finishing:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False

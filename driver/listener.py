@@ -109,5 +109,10 @@ class ListenerBus:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Deliver what is queued, then stop."""
         if self._started:
-            self._queue.put(_STOP)
+            try:  # bounded too: a hung listener with a full queue must not hang stop()
+                self._queue.put(_STOP, timeout=timeout_s)
+            except queue.Full:
+                log.warning("listener bus: not stopped within %.1fs (a listener hangs)",
+                            timeout_s)
+                return
             self._thread.join(timeout_s)

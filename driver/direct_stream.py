@@ -1,0 +1,158 @@
+"""DirectKafkaInputDStream: Kafka without a receiver, each batch an offset range.
+
+Protocol per batch ``t`` (before the tracker allocates ``t``):
+
+1. Find each partition's end by reading to a Fetch's EOF from just below the
+   reported high watermark (which the embedded broker gets wrong, so it is
+   only a starting hint).
+2. Log the ranges ``[position, end)`` as a block of this stream in the tracker
+   WAL (BlockAddition); the allocation of ``t`` then names it.
+3. The batch's RDD reads exactly those ranges, one partition per range. A
+   re-run after a crash replays the allocation and reads the same ranges:
+   exactly once, with output that is idempotent per batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from driver.dstream import DStream
+from receiver.block import SourceRange
+from receiver.block_info import ReceivedBlockInfo
+from wal.handle import RecordHandle
+
+if TYPE_CHECKING:
+    from driver.streaming_context import StreamingContext
+
+log = logging.getLogger(__name__)
+
+
+def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_decoder: Any,
+                ranges: Iterator[tuple[str, int, int, int]]) -> Iterator[Any]:
+    """Runs in a PySpark task: the records of ``[from, until)`` of each given range."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": "walstream-direct-reader",
+            "enable.auto.commit": False, "enable.partition.eof": True,
+            "auto.offset.reset": "error", "fetch.wait.max.ms": 10}
+    consumer = Consumer(conf)
+    try:
+        for topic, partition, start, until in ranges:
+            if until <= start:
+                continue
+            consumer.assign([TopicPartition(topic, partition, start)])
+            pos = start
+            while pos < until:
+                msg = consumer.poll(30)
+                if msg is None:
+                    raise TimeoutError(f"{topic}[{partition}] gave nothing at offset {pos}")
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"{topic}[{partition}] ended at {pos} < {until}")
+                    raise RuntimeError(str(err))
+                pos = int(msg.offset() or 0) + 1
+                yield (key_decoder(msg.key()), value_decoder(msg.value()))
+    finally:
+        consumer.close()
+
+
+class DirectKafkaInputDStream(DStream):
+    def __init__(self, ssc: StreamingContext, topics: list[str], bootstrap: str,
+                 params: dict[str, Any], from_offsets: dict[Any, int],
+                 key_decoder: Callable[[bytes | None], Any],
+                 value_decoder: Callable[[bytes | None], Any]) -> None:
+        super().__init__(ssc, ssc._batch_ms, [], "kafkaDirect")
+        self.stream_id = ssc._next_receiver_id()
+        self.topics = topics
+        self.bootstrap = bootstrap
+        self.params = params
+        self.from_offsets = {(str(k[0]), int(k[1])) if isinstance(k, tuple)
+                             else (str(k.topic), int(k.partition)): int(v)
+                             for k, v in from_offsets.items()}
+        self.key_decoder = key_decoder
+        self.value_decoder = value_decoder
+        self._positions: dict[tuple[str, int], int] | None = None
+        self._consumer: Consumer | None = None
+
+    def _probe(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                                       "group.id": "walstream-direct-probe",
+                                       "enable.auto.commit": False,
+                                       "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        return self._consumer
+
+    def _end_offset(self, topic: str, partition: int, at_least: int) -> int:
+        consumer = self._probe()
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        start = max(at_least, int(high) - 1, 0)
+        consumer.assign([TopicPartition(topic, partition, start if start > 0
+                                        else OFFSET_BEGINNING)])
+        end = start
+        while True:
+            msg = consumer.poll(10)
+            if msg is None:
+                raise TimeoutError(f"no answer reading the end of {topic}[{partition}]")
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return max(end, int(msg.offset() or 0))
+                raise RuntimeError(f"{topic}[{partition}]: {err}")
+            end = int(msg.offset() or 0) + 1
+
+    def _start_positions(self) -> dict[tuple[str, int], int]:
+        engine = self._ssc._engine
+        assert engine is not None
+        acked = {(r.topic, r.partition): r.until_offset
+                 for r in engine.tracker.positions(self.stream_id)}
+        md = self._probe().list_topics(timeout=30)
+        out = {}
+        reset = str(self.params.get("auto.offset.reset", "largest")).lower()
+        for topic in self.topics:
+            if topic not in md.topics:
+                raise RuntimeError(f"topic {topic!r} does not exist")
+            for p in sorted(md.topics[topic].partitions):
+                key = (topic, p)
+                if key in acked:
+                    out[key] = acked[key]
+                elif key in self.from_offsets:
+                    out[key] = self.from_offsets[key]
+                elif reset in ("smallest", "earliest"):
+                    out[key] = 0
+                else:
+                    out[key] = self._end_offset(topic, p, 0)
+        return out
+
+    def before_allocate(self, t: int) -> None:
+        """Step 1 and 2: decide batch ``t``'s ranges and log them."""
+        engine = self._ssc._engine
+        assert engine is not None
+        if self._positions is None:
+            self._positions = self._start_positions()
+        ranges = []
+        for (topic, p), start in sorted(self._positions.items()):
+            end = self._end_offset(topic, p, start)
+            ranges.append(SourceRange(topic, p, start, end))
+        count = sum(r.until_offset - r.from_offset for r in ranges)
+        info = ReceivedBlockInfo(self.stream_id, f"direct-{self.stream_id}-{t}", count,
+                                 RecordHandle(f"direct.{self.stream_id}", 0, 0), tuple(ranges))
+        if engine.tracker.add_block(info):
+            for r in ranges:
+                self._positions[(r.topic, r.partition)] = r.until_offset
+
+    def compute(self, t: int) -> Any:
+        engine = self._ssc._engine
+        assert engine is not None
+        sc = self._ssc.sparkContext
+        ranges = [(r.topic, r.partition, r.from_offset, r.until_offset)
+                  for b in engine.tracker.get_blocks_of_batch_and_stream(t, self.stream_id)
+                  for r in b.source if r.until_offset > r.from_offset]
+        if not ranges:
+            return sc.emptyRDD()
+        reader = functools.partial(_read_range, self.bootstrap, {}, self.key_decoder,
+                                   self.value_decoder)
+        return sc.parallelize(ranges, len(ranges)).mapPartitions(reader)

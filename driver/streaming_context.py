@@ -1,0 +1,263 @@
+"""StreamingContext with PySpark's API, running on this project's engine.
+
+Port an app by changing ``from pyspark.streaming import StreamingContext`` to
+``from driver import StreamingContext``. Receivers write to Kafka WALs, the
+driver logs its tracker to Kafka, and every batch runs on the given
+SparkContext. Kafka: ``spark.walstream.kafka.bootstrapServers`` (conf), else
+``KAFKA_BOOTSTRAP_SERVERS``, else a running embedded broker, else one started
+detached (it outlives this driver, so a restarted driver finds its WALs).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from driver.dstream import DStream
+from driver.durations import to_ms
+from driver.engine import EngineConfig, StreamingEngine
+from driver.graph import DStreamGraph
+from driver.listener import StreamingListener
+from walstream.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CONF_BOOTSTRAP = "spark.walstream.kafka.bootstrapServers"
+CONF_APP_ID = "spark.walstream.appId"
+
+
+def resolve_bootstrap(conf: dict[str, str]) -> str:
+    from walstream import broker
+
+    value = conf.get(CONF_BOOTSTRAP) or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if value:
+        return value
+    running = broker.bootstrap_servers()
+    if running:
+        return running
+    port = int(os.environ.get("WALSTREAM_BROKER_PORT", broker.DEFAULT_PORT))
+    state = broker.start(port=port)
+    log.warning("started the embedded Kafka broker at %s (stop it with `walstream broker "
+                "stop`)", state.bootstrap)
+    return state.bootstrap
+
+
+def _before_allocate(streams: list[Any], t: int) -> None:
+    for stream in streams:
+        stream.before_allocate(t)
+
+
+class StreamingContext:
+    """PySpark's StreamingContext: ``StreamingContext(sparkContext, batchDuration)``."""
+
+    _active: ClassVar[StreamingContext | None] = None
+    _active_lock: ClassVar[threading.RLock] = threading.RLock()
+
+    def __init__(self, sparkContext: Any, batchDuration: float | None = None,  # noqa: N803
+                 jssc: Any = None) -> None:
+        if batchDuration is None:
+            raise ConfigError("batchDuration (seconds) is required")
+        self._sc = sparkContext
+        self._batch_ms = to_ms(batchDuration, "batchDuration")
+        self._graph = DStreamGraph(self._batch_ms)
+        self._checkpoint_dir: str | None = None
+        self._state = "initialized"
+        self._engine: StreamingEngine | None = None
+        self._listeners: list[StreamingListener] = []
+        self._receiver_count = 0
+
+    # -- context management --------------------------------------------------------
+
+    @classmethod
+    def getOrCreate(cls, checkpointPath: str,  # noqa: N802, N803
+                    setupFunc: Callable[[], StreamingContext]) -> StreamingContext:  # noqa: N803
+        """The context from the checkpoint at ``checkpointPath``, else ``setupFunc()``."""
+        from checkpoint.recovery import get_or_create
+
+        return get_or_create(checkpointPath, setupFunc)
+
+    @classmethod
+    def getActive(cls) -> StreamingContext | None:  # noqa: N802
+        with cls._active_lock:
+            return cls._active
+
+    @classmethod
+    def getActiveOrCreate(cls, checkpointPath: str | None,  # noqa: N802, N803
+                          setupFunc: Callable[[], StreamingContext]) -> StreamingContext:  # noqa: N803
+        with cls._active_lock:
+            if cls._active is not None:
+                return cls._active
+            if checkpointPath is not None:
+                return cls.getOrCreate(checkpointPath, setupFunc)
+            return setupFunc()
+
+    @property
+    def sparkContext(self) -> Any:  # noqa: N802
+        return self._sc
+
+    def _check_can_add_streams(self) -> None:
+        if self._state != "initialized":
+            raise ConfigError(
+                "Adding new inputs, transformations, and output operations after "
+                f"{'starting' if self._state == 'active' else 'stopping'} a context is not "
+                "supported")
+
+    def _default_parallelism(self) -> int:
+        return int(self._sc.defaultParallelism)
+
+    def _next_receiver_id(self) -> int:
+        self._receiver_count += 1
+        return self._receiver_count - 1
+
+    def _conf(self) -> dict[str, str]:
+        return {k: v for k, v in self._sc.getConf().getAll()}
+
+    def _app_id(self, conf: dict[str, str]) -> str:
+        if conf.get(CONF_APP_ID):
+            return conf[CONF_APP_ID]
+        if self._checkpoint_dir:
+            digest = hashlib.sha1(os.path.abspath(self._checkpoint_dir).encode()).hexdigest()
+            return f"app-{digest[:12]}"
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", str(self._sc.appName))[:60] or "app"
+        return f"{name}-{uuid.uuid4().hex[:8]}"
+
+    def start(self) -> None:
+        from driver.direct_stream import DirectKafkaInputDStream
+        from driver.input_streams import ReceiverInputDStream
+
+        with StreamingContext._active_lock:
+            if self._state == "active":
+                raise ConfigError("StreamingContext has already been started")
+            if self._state == "stopped":
+                raise ConfigError("StreamingContext has already been stopped")
+            if StreamingContext._active is not None:
+                raise ConfigError("Only one StreamingContext may be started in this JVM. "
+                                  "Currently running StreamingContext was started at "
+                                  f"{StreamingContext._active}")
+            self._graph.validate(self._checkpoint_dir)
+            conf = self._conf()
+            receivers = {s.stream_id: s.receiver for s in self._graph.streams
+                         if isinstance(s, ReceiverInputDStream)}
+            cfg = EngineConfig.from_spark_conf(
+                conf, app_id=self._app_id(conf), batch_interval_ms=self._batch_ms,
+                bootstrap_servers=resolve_bootstrap(conf), remember_ms=0)
+            first = (int(time.time() * 1000) // self._batch_ms + 1) * self._batch_ms
+            self._graph.initialize(first - self._batch_ms)
+            cfg = EngineConfig(**{**cfg.__dict__, "remember_ms": self._graph.max_remember_ms()})
+            direct = [s for s in self._graph.streams if isinstance(s, DirectKafkaInputDStream)]
+            self._engine = StreamingEngine(
+                self._sc, cfg, receivers, self._graph.generate_jobs,
+                clear_metadata=self._graph.clear_metadata,
+                driver_stream_ids=[d.stream_id for d in direct],
+                before_allocate=functools.partial(_before_allocate, direct))
+            for listener in self._listeners:
+                self._engine.add_listener(listener)
+            self._engine.start(first)
+            self._state = "active"
+            StreamingContext._active = self
+
+    def awaitTermination(self, timeout: float | None = None) -> None:  # noqa: N802
+        if self._engine is None:
+            raise ConfigError("the StreamingContext has not been started")
+        self._engine.await_termination(timeout)
+
+    def awaitTerminationOrTimeout(self, timeout: float) -> bool:  # noqa: N802
+        if self._engine is None:
+            raise ConfigError("the StreamingContext has not been started")
+        return self._engine.await_termination(timeout)
+
+    def stop(self, stopSparkContext: bool = True,  # noqa: N803
+             stopGraceFully: bool = False) -> None:  # noqa: N803
+        with StreamingContext._active_lock:
+            if self._state == "stopped":
+                return
+            try:
+                if self._engine is not None:
+                    self._engine.stop(graceful=stopGraceFully)
+            finally:
+                self._state = "stopped"
+                if StreamingContext._active is self:
+                    StreamingContext._active = None
+                if stopSparkContext:
+                    self._sc.stop()
+
+    def remember(self, duration: float) -> None:
+        self._graph.remember_ms = to_ms(duration, "remember duration")
+
+    def checkpoint(self, directory: str) -> None:
+        self._checkpoint_dir = directory
+        self._sc.setCheckpointDir(os.path.join(directory, "rdds") if "://" not in directory
+                                  else directory.rstrip("/") + "/rdds")
+
+    def addStreamingListener(self, streamingListener: StreamingListener) -> None:  # noqa: N802, N803
+        self._listeners.append(streamingListener)
+        if self._engine is not None:
+            self._engine.add_listener(streamingListener)
+
+    # -- input streams -------------------------------------------------------------
+
+    def receiverStream(self, receiver: Any) -> DStream:  # noqa: N802
+        from driver.input_streams import ReceiverInputDStream
+
+        return ReceiverInputDStream(self, receiver, type(receiver).__name__)
+
+    def socketTextStream(self, hostname: str, port: int,  # noqa: N802
+                         storageLevel: Any = None) -> DStream:  # noqa: N803
+        """Lines from TCP; ``storageLevel`` is accepted for compatibility (the Kafka WAL
+        replaces Spark's replicated block storage)."""
+        from receiver.socket_receiver import SocketTextReceiver
+
+        return self.receiverStream(SocketTextReceiver(hostname, port))
+
+    def textFileStream(self, directory: str) -> DStream:  # noqa: N802
+        from driver.input_streams import FileInputDStream
+
+        return FileInputDStream(self, directory)
+
+    def binaryRecordsStream(self, directory: str, recordLength: int) -> DStream:  # noqa: N802, N803
+        from driver.input_streams import FileInputDStream
+
+        if recordLength <= 0:
+            raise ConfigError("recordLength must be positive")
+        return FileInputDStream(self, directory, recordLength)
+
+    def queueStream(self, rdds: list[Any], oneAtATime: bool = True,  # noqa: N802, N803
+                    default: Any = None) -> DStream:
+        from driver.input_streams import QueueInputDStream
+
+        sc = self._sc
+        rdds = [r if hasattr(r, "mapPartitions") else sc.parallelize(list(r)) for r in rdds]
+        if default is not None and not hasattr(default, "mapPartitions"):
+            default = sc.parallelize(list(default))
+        return QueueInputDStream(self, rdds, oneAtATime, default)
+
+    def transform(self, dstreams: list[DStream],
+                  transformFunc: Callable[..., Any]) -> DStream:  # noqa: N803
+        from driver.dstream import _arity
+        from driver.dstream_kinds import MultiTransformedDStream
+
+        if _arity(transformFunc) == 1:
+            return MultiTransformedDStream(list(dstreams), lambda t, *rdds: transformFunc(
+                list(rdds)))
+        return MultiTransformedDStream(list(dstreams), lambda t, *rdds: transformFunc(
+            t, list(rdds)))
+
+    def union(self, *dstreams: DStream) -> DStream:
+        from driver.dstream_kinds import MultiTransformedDStream
+
+        if not dstreams:
+            raise ConfigError("should have at least one DStream to union")
+        if len(dstreams) == 1:
+            return dstreams[0]
+        if len({d._slide_ms for d in dstreams}) != 1:
+            raise ConfigError("All DStreams should have same slide duration")
+        sc = self._sc
+        return MultiTransformedDStream(list(dstreams), lambda t, *rdds: sc.union(list(rdds)))
