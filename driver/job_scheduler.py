@@ -71,7 +71,10 @@ class JobScheduler:
         on_batch_completed: Callable[[BatchInfo], None] | None = None,
         max_retained_batches: int = 1000,
     ) -> None:
-        self.bus = bus or ListenerBus()
+        if bus is None:  # our own bus: start it, or its queue fills up unread
+            bus = ListenerBus()
+            bus.start()
+        self.bus = bus
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrent_jobs),
                                         thread_name_prefix="streaming-job")
         self._on_batch_completed = on_batch_completed

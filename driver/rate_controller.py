@@ -11,6 +11,7 @@ pid.integral 0.2, pid.derived 0.0, pid.minRate 100; capped by
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ class PIDRateEstimator:
         if self.batch_interval_ms <= 0 or self.proportional < 0 or self.integral < 0 \
                 or self.derivative < 0 or self.min_rate <= 0:
             raise ConfigError("PID rate estimator: interval and minRate > 0, gains >= 0")
+        self._lock = threading.Lock()  # batches may complete on several job threads
         self._first = True
         self._latest_time = -1
         self._latest_rate = -1.0
@@ -39,6 +41,11 @@ class PIDRateEstimator:
     def compute(self, time_ms: int, elements: int, processing_delay_ms: int,
                 scheduling_delay_ms: int) -> float | None:
         """A new rate (records/s), or None when there is nothing to learn from."""
+        with self._lock:
+            return self._compute(time_ms, elements, processing_delay_ms, scheduling_delay_ms)
+
+    def _compute(self, time_ms: int, elements: int, processing_delay_ms: int,
+                 scheduling_delay_ms: int) -> float | None:
         if time_ms <= self._latest_time or elements <= 0 or processing_delay_ms <= 0:
             return None
         delay_since_update = (time_ms - self._latest_time) / 1000
