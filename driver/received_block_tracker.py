@@ -70,8 +70,9 @@ class TrackerState:
 class ReceivedBlockTracker:
     """Spark's ReceivedBlockTracker with a Kafka WAL (PEP 8 method names).
 
-    Thread-safe: one lock serialises changes, so the order of events in the log
-    is the order in which they changed memory.
+    Thread-safe: allocations and cleanups hold one lock across log-and-apply, so
+    their order in the log is the order in which they changed memory; block
+    additions log outside it (see :meth:`add_block`).
     """
 
     def __init__(
@@ -189,13 +190,22 @@ class ReceivedBlockTracker:
     # -- Spark's API ---------------------------------------------------------------
 
     def add_block(self, info: ReceivedBlockInfo) -> bool:
-        """Log then queue a reported block; True only once it is durable."""
+        """Log then queue a reported block; True only once it is durable.
+
+        The write happens outside the lock (as in Spark), so concurrent receivers'
+        additions share one batched WAL record instead of queueing behind each
+        other. This is safe because an allocation names its blocks explicitly:
+        a block logged before an allocation but applied after it stays
+        unallocated both live and on replay. A retried report of a block whose
+        first report is still in flight is logged twice and applied once.
+        """
         with self._lock:
             if info.block_id in self._known:
                 return True  # already durable: a retried report
-            event = BlockAddition(info)
-            if not self._log(event):
-                return False
+        event = BlockAddition(info)
+        if not self._log(event):
+            return False
+        with self._lock:
             self._apply(event)
         kill_point("tracker.after_add_block_before_answer")
         return True

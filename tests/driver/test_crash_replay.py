@@ -35,18 +35,39 @@ KILL_POINTS = [
 ]
 
 
-def _replayed(bootstrap: str, app: str, drop_last: bool) -> dict[str, object]:
+def _records(bootstrap: str, app: str) -> list[bytes]:
     log = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver"))
     try:
-        records = list(log.read_all())
+        return list(log.read_all())
     finally:
         log.close()
-    if drop_last:
-        records = records[:-1]
+
+
+def _state_of(records: list[bytes]) -> dict[str, object]:
     tracker = ReceivedBlockTracker([0], None)
     for r in records:
         tracker._apply(decode_event(r))
     return tracker.state().to_json()
+
+
+def _replayed(bootstrap: str, app: str, drop_last: bool) -> dict[str, object]:
+    return _state_of(_records(bootstrap, app))
+
+
+def _replay_without_some_of_the_last(bootstrap: str, app: str, before: object,
+                                     window: int = 4) -> bool:
+    """True if leaving out some of the last ``window`` logged events gives ``before``.
+
+    Only events in flight at the kill (logged, not yet applied, unanswered) may
+    be missing from memory; there is one per busy thread, so a few at most.
+    """
+    records = _records(bootstrap, app)
+    head, tail = records[:-window], records[-window:]
+    for mask in range(1, 2 ** len(tail)):
+        kept = [r for i, r in enumerate(tail) if not mask >> i & 1]
+        if _state_of(head + kept) == before:
+            return True
+    return False
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -68,9 +89,9 @@ def test_replay_after_sigkill_equals_the_state_before(
     after = _replayed(bootstrap, app, drop_last=False)
     if after != before:
         # The process died between logging an event and applying it (at this kill
-        # point, or on another thread at that instant): the WAL is exactly one
-        # event ahead of memory, an event nobody was answered for yet.
-        assert _replayed(bootstrap, app, drop_last=True) == before, (before, after)
+        # point, or on another thread at that instant): the WAL is ahead of memory
+        # by events nobody was answered for yet, all among the last few records.
+        assert _replay_without_some_of_the_last(bootstrap, app, before), (before, after)
     # A full, real recovery (through the tracker's own replay) agrees.
     log = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver"))
     recovered = ReceivedBlockTracker([0], log)
