@@ -7,3 +7,15 @@ from walstream.errors import WalStreamError
 
 class CheckpointError(WalStreamError):
     """Root of every error the ``checkpoint`` package raises."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint file is truncated, corrupt, or not a checkpoint of ours."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (disk full, permissions, queue full)."""
+
+
+class IncompatibleGraphError(CheckpointError):
+    """The setup code builds a graph the checkpoint cannot be restored into."""

@@ -1,26 +1,48 @@
-"""getOrCreate: recover a context from its checkpoint directory, or create it.
+"""getOrCreate and restarts: rebuild the graph, restore its data, reschedule batches.
 
-Today's scope: no checkpoint files are written yet (the CheckpointWriter is
-being built), so ``get_or_create`` calls ``setupFunc`` -- PySpark's behaviour for
-a directory without a checkpoint -- and the new context's engine replays the
-driver WAL of the same checkpoint directory (its app id derives from the path),
-so blocks received but not yet processed before a crash are not lost.
+Recovery protocol for ``get_or_create(dir, setup)`` when ``dir`` has a valid
+checkpoint (newest that reads; corrupt ones are skipped with a warning):
+
+1. ``setup()`` builds the graph from the user's code (the graph is never
+   unpickled, so a compatible code change restarts fine); its fingerprint must
+   equal the checkpoint's, else :class:`IncompatibleGraphError` names the
+   difference -- unless ``spark.walstream.recovery.upgrade=true``, which accepts
+   a graph with the same input and stateful streams.
+2. On ``start()``: the engine replays the driver WAL (block queues, allocations);
+   state RDDs are reloaded from their reliable checkpoint files; the zero time
+   is the original one, so windows land on the same times.
+3. Batches pending at the checkpoint and batches missed while down are
+   resubmitted once each, in time order (SPARK-12122), under
+   ``spark.walstream.recovery.downtimePolicy``: ``all`` (default), ``coalesce``
+   (only the latest missed one, which takes every waiting block) or ``skip``
+   (none; the next batch takes the waiting blocks), with the count logged
+   (against the down-time flood, SPARK-13586).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from checkpoint.errors import CheckpointError
+from checkpoint.data import CheckpointData
+from checkpoint.errors import CheckpointError, IncompatibleGraphError
+from checkpoint.files import read_latest
 
 if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
 
+log = logging.getLogger(__name__)
+
+POLICY_KEY = "spark.walstream.recovery.downtimePolicy"
+UPGRADE_KEY = "spark.walstream.recovery.upgrade"
+
 
 def get_or_create(checkpoint_path: str,
                   setup: Callable[[], StreamingContext]) -> StreamingContext:
+    data = read_latest(Path(checkpoint_path))
     ssc = setup()
     if ssc is None or not hasattr(ssc, "_graph"):
         raise CheckpointError("setupFunc must return a StreamingContext")
@@ -30,4 +52,101 @@ def get_or_create(checkpoint_path: str,
         raise CheckpointError(
             f"setupFunc set checkpoint directory {ssc._checkpoint_dir!r}, but getOrCreate "
             f"was given {checkpoint_path!r}: they must be the same")
+    if data is None:
+        return ssc
+    check_compatible(ssc, data)
+    ssc._recovered = data
+    log.info("recovering from checkpoint %d (%d pending batches)", data.checkpoint_time_ms,
+             len(data.pending_times_ms))
     return ssc
+
+
+def _stateful(shape: list[str] | tuple[str, ...]) -> list[str]:
+    return [s for s in shape if s.startswith(("receiver:", "kafkaDirect", "queue", "textFile",
+                                              "binaryRecords", "updateStateByKey",
+                                              "reduceByKeyAndWindow"))]
+
+
+def check_compatible(ssc: StreamingContext, data: CheckpointData) -> None:
+    shape = [s._fingerprint() for s in ssc._graph.streams]
+    if data.batch_ms != ssc._batch_ms:
+        raise IncompatibleGraphError(
+            f"the checkpoint's batch duration is {data.batch_ms} ms, the code's "
+            f"{ssc._batch_ms} ms; delete the checkpoint directory to start afresh")
+    if ssc._graph.fingerprint() == data.fingerprint:
+        return
+    upgrade = ssc._conf().get(UPGRADE_KEY, "false").lower() == "true"
+    old_state, new_state = _stateful(data.graph_shape), _stateful(shape)
+    if upgrade and old_state == new_state:
+        log.warning("upgrade mode: restoring the checkpoint into a changed graph "
+                    "(same inputs and stateful operators)")
+        return
+    removed = [s for s in data.graph_shape if s not in shape]
+    added = [s for s in shape if s not in data.graph_shape]
+    hint = ("set spark.walstream.recovery.upgrade=true to restore into the new graph"
+            if old_state == new_state else
+            "inputs or stateful operators changed: the checkpoint cannot be restored into "
+            "this graph; delete the checkpoint directory (losing state) or revert the code")
+    raise IncompatibleGraphError(
+        f"the code builds a different graph than the checkpoint's: removed {removed}, "
+        f"added {added}; {hint}")
+
+
+def times_to_resubmit(data: CheckpointData, first_new_ms: int, policy: str) -> list[int]:
+    """Pending batches plus the ones missed while down, by the down-time policy."""
+    missed = list(range(data.checkpoint_time_ms + data.batch_ms, first_new_ms, data.batch_ms))
+    if policy == "skip":
+        chosen: list[int] = []
+    elif policy == "coalesce":
+        chosen = missed[-1:]
+    elif policy == "all":
+        chosen = missed
+    else:
+        raise CheckpointError(f"{POLICY_KEY} must be all, coalesce or skip, not {policy!r}")
+    if len(missed) != len(chosen):
+        log.warning("down-time policy %s: %d missed batches, %d resubmitted", policy,
+                    len(missed), len(chosen))
+    return sorted(set(data.pending_times_ms) | set(chosen))
+
+
+def restore_state(ssc: StreamingContext, data: CheckpointData) -> None:
+    """Reload state RDDs from their reliable checkpoint files."""
+    sc = ssc.sparkContext
+    by_fp = {s._fingerprint(): s for s in ssc._graph.streams}
+    for entry in data.state_rdds:
+        stream = by_fp.get(entry.stream)
+        if stream is None:
+            log.warning("checkpointed state of %s has no stream in the new graph", entry.stream)
+            continue
+        stream._generated[entry.time_ms] = sc._checkpointFile(entry.path, sc.serializer)
+
+
+def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> CheckpointData:
+    import time
+
+    state = []
+    for s in ssc._graph.streams:
+        if not s._must_checkpoint:
+            continue
+        done = [(ts, rdd) for ts, rdd in s._generated.items() if _checkpointed(rdd)]
+        if done:
+            ts, rdd = max(done, key=lambda x: x[0])
+            from checkpoint.data import StateRdd
+
+            state.append(StateRdd(s._fingerprint(), ts, str(rdd.getCheckpointFile())))
+    engine: Any = ssc._engine
+    return CheckpointData(
+        checkpoint_time_ms=t, written_wall_ms=int(time.time() * 1000),
+        app_id=engine.config.app_id if engine is not None else "",
+        batch_ms=ssc._batch_ms, zero_time_ms=ssc._graph.zero_ms or 0,
+        fingerprint=ssc._graph.fingerprint(),
+        graph_shape=tuple(s._fingerprint() for s in ssc._graph.streams),
+        pending_times_ms=tuple(sorted(pending)), state_rdds=tuple(state),
+        conf={k: v for k, v in ssc._conf().items() if not k.startswith("spark.driver.")})
+
+
+def _checkpointed(rdd: Any) -> bool:
+    try:
+        return bool(rdd.isCheckpointed())
+    except Exception:
+        return False

@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from pyspark.storagelevel import StorageLevel
+
 from driver.dstream import DStream
 from driver.durations import to_ms
 from driver.engine import EngineConfig, StreamingEngine
@@ -73,6 +75,8 @@ class StreamingContext:
         self._engine: StreamingEngine | None = None
         self._listeners: list[StreamingListener] = []
         self._receiver_count = 0
+        self._recovered: Any = None  # CheckpointData when getOrCreate found a checkpoint
+        self._checkpoint_writer: Any = None
 
     # -- context management --------------------------------------------------------
 
@@ -150,19 +154,45 @@ class StreamingContext:
                 conf, app_id=self._app_id(conf), batch_interval_ms=self._batch_ms,
                 bootstrap_servers=resolve_bootstrap(conf), remember_ms=0)
             first = (int(time.time() * 1000) // self._batch_ms + 1) * self._batch_ms
-            self._graph.initialize(first - self._batch_ms)
+            data = self._recovered
+            # A recovered graph keeps its original zero time: windows land on the same times.
+            self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)
             cfg = EngineConfig(**{**cfg.__dict__, "remember_ms": self._graph.max_remember_ms()})
             direct = [s for s in self._graph.streams if isinstance(s, DirectKafkaInputDStream)]
+            checkpointer = None
+            if self._checkpoint_dir is not None:
+                from checkpoint.files import CheckpointWriter
+
+                self._checkpoint_writer = CheckpointWriter(self._checkpoint_dir)
+                checkpointer = self._write_checkpoint
             self._engine = StreamingEngine(
                 self._sc, cfg, receivers, self._graph.generate_jobs,
-                clear_metadata=self._graph.clear_metadata,
+                clear_metadata=self._graph.clear_metadata, checkpointer=checkpointer,
                 driver_stream_ids=[d.stream_id for d in direct],
                 before_allocate=functools.partial(_before_allocate, direct))
             for listener in self._listeners:
                 self._engine.add_listener(listener)
-            self._engine.start(first)
+            resubmit: list[int] = []
+            if data is not None:
+                from checkpoint.recovery import POLICY_KEY, restore_state, times_to_resubmit
+
+                restore_state(self, data)
+                resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"))
+            self._engine.start(first, resubmit=resubmit)
             self._state = "active"
             StreamingContext._active = self
+
+    def _write_checkpoint(self, t: int, on_done: Callable[[], None] | None) -> None:
+        """After generating batch ``t`` (pending) and after it completed (then clean)."""
+        from checkpoint.recovery import build_checkpoint
+
+        engine = self._engine
+        if engine is None or self._checkpoint_writer is None:
+            return
+        pending = engine.scheduler.pending_times()
+        if on_done is None and t not in pending:
+            pending.append(t)  # generated, maybe not yet submitted
+        self._checkpoint_writer.write(build_checkpoint(self, t, pending), on_done)
 
     def awaitTermination(self, timeout: float | None = None) -> None:  # noqa: N802
         if self._engine is None:
@@ -182,6 +212,8 @@ class StreamingContext:
             try:
                 if self._engine is not None:
                     self._engine.stop(graceful=stopGraceFully)
+                if self._checkpoint_writer is not None:
+                    self._checkpoint_writer.stop()
             finally:
                 self._state = "stopped"
                 if StreamingContext._active is self:
@@ -210,7 +242,8 @@ class StreamingContext:
         return ReceiverInputDStream(self, receiver, type(receiver).__name__)
 
     def socketTextStream(self, hostname: str, port: int,  # noqa: N802
-                         storageLevel: Any = None) -> DStream:  # noqa: N803
+                         storageLevel: StorageLevel = StorageLevel.MEMORY_AND_DISK_2,  # noqa: N803
+                         ) -> DStream:
         """Lines from TCP; ``storageLevel`` is accepted for compatibility (the Kafka WAL
         replaces Spark's replicated block storage)."""
         from receiver.socket_receiver import SocketTextReceiver

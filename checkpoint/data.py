@@ -1,0 +1,97 @@
+"""What a checkpoint holds: the data part, in a versioned Avro schema.
+
+It holds no user code: stream ids and kinds (the graph's shape and fingerprint),
+pending batch times, the reliable-checkpoint files of state RDDs, and the conf.
+The graph itself is rebuilt from the user's setup code and checked against the
+fingerprint (see :mod:`checkpoint.recovery`), so a checkpoint stays readable
+across releases and compatible code changes.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoint.errors import CorruptCheckpointError
+from walstream.avro_codec import VersionedCodec
+from walstream.errors import CorruptDataError
+
+SCHEMA_V1: dict[str, Any] = {
+    "type": "record",
+    "name": "Checkpoint",
+    "namespace": "walstream.checkpoint.v1",
+    "fields": [
+        {"name": "checkpoint_time_ms", "type": "long"},
+        {"name": "written_wall_ms", "type": "long"},
+        {"name": "app_id", "type": "string"},
+        {"name": "batch_ms", "type": "long"},
+        {"name": "zero_time_ms", "type": "long"},
+        {"name": "fingerprint", "type": "string"},
+        {"name": "graph_shape", "type": {"type": "array", "items": "string"}},
+        {"name": "pending_times_ms", "type": {"type": "array", "items": "long"}},
+        {"name": "state_rdds", "type": {"type": "array", "items": {
+            "type": "record", "name": "StateRdd", "fields": [
+                {"name": "stream", "type": "string"},
+                {"name": "time_ms", "type": "long"},
+                {"name": "path", "type": "string"}]}}},
+        {"name": "conf", "type": {"type": "map", "values": "string"}},
+    ],
+}
+CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1})
+
+
+@dataclass(frozen=True)
+class StateRdd:
+    stream: str  # the stream's fingerprint entry, stable for the same setup code
+    time_ms: int
+    path: str
+
+
+@dataclass(frozen=True)
+class CheckpointData:
+    checkpoint_time_ms: int
+    written_wall_ms: int
+    app_id: str
+    batch_ms: int
+    zero_time_ms: int
+    fingerprint: str
+    graph_shape: tuple[str, ...]
+    pending_times_ms: tuple[int, ...]
+    state_rdds: tuple[StateRdd, ...] = ()
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        body = CODEC.encode({
+            "checkpoint_time_ms": self.checkpoint_time_ms,
+            "written_wall_ms": self.written_wall_ms,
+            "app_id": self.app_id,
+            "batch_ms": self.batch_ms,
+            "zero_time_ms": self.zero_time_ms,
+            "fingerprint": self.fingerprint,
+            "graph_shape": list(self.graph_shape),
+            "pending_times_ms": list(self.pending_times_ms),
+            "state_rdds": [{"stream": s.stream, "time_ms": s.time_ms, "path": s.path}
+                           for s in self.state_rdds],
+            "conf": dict(self.conf),
+        })
+        # A CRC of the whole body: a torn or bit-flipped file fails before decoding.
+        return body + zlib.crc32(body).to_bytes(4, "big")
+
+    @classmethod
+    def decode(cls, data: bytes, where: str = "checkpoint") -> CheckpointData:
+        if len(data) < 8:
+            raise CorruptCheckpointError(f"{where}: {len(data)} bytes, too short")
+        body, crc = data[:-4], int.from_bytes(data[-4:], "big")
+        if zlib.crc32(body) != crc:
+            raise CorruptCheckpointError(f"{where}: CRC mismatch (truncated or corrupt)")
+        try:
+            _, d = CODEC.decode(body)
+        except CorruptDataError as exc:
+            raise CorruptCheckpointError(f"{where}: {exc}") from exc
+        return cls(
+            d["checkpoint_time_ms"], d["written_wall_ms"], d["app_id"], d["batch_ms"],
+            d["zero_time_ms"], d["fingerprint"], tuple(d["graph_shape"]),
+            tuple(d["pending_times_ms"]),
+            tuple(StateRdd(s["stream"], s["time_ms"], s["path"]) for s in d["state_rdds"]),
+            dict(d["conf"]))
