@@ -105,7 +105,14 @@ class JobScheduler:
             self._finish(job_set)
             return
         for job in jobs:
-            self._pool.submit(self._run_job, job_set, job)
+            try:
+                self._pool.submit(self._run_job, job_set, job)
+            except RuntimeError:  # stop() shut the pool down meanwhile
+                log.warning("batch %d not run: the scheduler stopped", time_ms)
+                with self._lock:
+                    self._running.pop(time_ms, None)
+                    self._cond.notify_all()
+                return
 
     def _run_job(self, job_set: JobSet, job: Job) -> None:
         info = job_set.info

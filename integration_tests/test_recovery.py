@@ -19,9 +19,13 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _start(ckpt: Path, out: Path, bootstrap: str, total: int) -> subprocess.Popen[bytes]:
+def _start(ckpt: Path, out: Path, bootstrap: str, total: int,
+           kill_point: str = "") -> subprocess.Popen[bytes]:
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    env.pop("WALSTREAM_KILL_POINT", None)
+    if kill_point:
+        env["WALSTREAM_KILL_POINT"] = kill_point
     return subprocess.Popen(
         [sys.executable, "-m", "walstream.testing.recovery_app", str(ckpt), str(out),
          "--total", str(total), "--rate", "800"],
@@ -88,3 +92,42 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
     # Per-batch outputs, keyed by batch time, add up to every word exactly once.
     per_batch = [json.loads(p.read_text()) for p in out.glob("batch-*.json")]
     assert sum(per_batch) == sum(expected.values())
+
+
+KILL_POINTS = [
+    "checkpoint.mid_write:3",
+    "checkpoint.after_write_before_clean:3",
+    "tracker.after_allocation_logged:3",
+    "tracker.after_add_block_before_answer:4",
+    "batch.during_output:3",
+    "receiver.after_store_before_report:4",  # kills the receiver's worker, not the driver
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_named_kill_point_then_restart_is_exactly_once(
+    point: str, bootstrap: str, tmp_path: Path
+) -> None:
+    total = 2500
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    out.mkdir()
+    log = tmp_path / "app.log"
+    expected = expected_counts(11, total)
+    proc = _start(ckpt, out, bootstrap, total, kill_point=point)
+    try:
+        _wait(lambda: proc.poll() is not None or (out / "done").exists(), 180,
+              f"the kill point {point} or the end", log)
+        text = log.read_text(errors="replace")
+        assert f"kill point {point.split(':')[0]} reached" in text, text[-3000:]
+        if proc.poll() is not None:  # the driver died: restart it, unarmed
+            assert proc.returncode == -signal.SIGKILL
+            _kill_group(proc)
+            proc = _start(ckpt, out, bootstrap, total)
+        _wait(lambda: (out / "done").exists(), 180, "the run to finish", log)
+        time.sleep(2)
+    finally:
+        _kill_group(proc)
+    totals = json.loads((out / "totals.json").read_text())
+    assert totals == expected
+    assert sum(json.loads(p.read_text()) for p in out.glob("batch-*.json")) == \
+        sum(expected.values())

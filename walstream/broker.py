@@ -124,7 +124,8 @@ def kafka_ready(bootstrap: str, timeout_s: float) -> bool:
     return False
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(cmd: list[str], env: dict[str, str], log_path: Path,
+           attached: bool = False) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
@@ -133,7 +134,9 @@ def _spawn(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # detached: survives the app that started it
+            start_new_session=True,  # its own group: stop() kills everything it started
+            # attached (tests): dies with its parent even if the parent is SIGKILLed
+            preexec_fn=procs.die_with_parent if attached else None,
         )
 
 
@@ -153,7 +156,7 @@ def _s3_env(store_port: int) -> dict[str, str]:
     }
 
 
-def _start_store(home: Path) -> tuple[int, int]:
+def _start_store(home: Path, attached: bool = False) -> tuple[int, int]:
     """Start the moto S3 server and create the bucket; return (pid, port)."""
     port = procs.free_port(HOST)
     log_path = home / "s3store.log"
@@ -161,6 +164,7 @@ def _start_store(home: Path) -> tuple[int, int]:
         [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
         dict(os.environ),
         log_path,
+        attached,
     )
     if not procs.wait_port(HOST, port, 30.0):
         procs.terminate(proc.pid)
@@ -183,7 +187,8 @@ def _start_store(home: Path) -> tuple[int, int]:
     return proc.pid, port
 
 
-def _start_tansu(home: Path, port: int, store_port: int) -> tuple[int, Path]:
+def _start_tansu(home: Path, port: int, store_port: int,
+                 attached: bool = False) -> tuple[int, Path]:
     url = f"tcp://{HOST}:{port}"
     env = dict(os.environ)
     if store_port:
@@ -202,17 +207,20 @@ def _start_tansu(home: Path, port: int, store_port: int) -> tuple[int, Path]:
         "--storage-engine",
         engine,
     ]
-    proc = _spawn(cmd, env, log_path)
+    proc = _spawn(cmd, env, log_path, attached)
     if not kafka_ready(f"{HOST}:{port}", 30.0):
         procs.terminate(proc.pid)
         raise BrokerError(f"Tansu did not answer Kafka requests on {url}: {_tail(log_path)}")
     return proc.pid, log_path
 
 
-def start(home: Path | None = None, port: int | None = None, durable: bool = False) -> BrokerState:
+def start(home: Path | None = None, port: int | None = None, durable: bool = False,
+          attached: bool = False) -> BrokerState:
     """Start the embedded broker detached, or return the one already running.
 
-    Idempotent: a running broker recorded in ``home`` is returned as is. A durable
+    Idempotent: a running broker recorded in ``home`` is returned as is.
+    ``attached=True`` (test fixtures) ties the processes to this one: they get
+    SIGTERM when it dies, however it dies. A durable
     broker whose Tansu process died while its S3 store lives is restarted on the
     same port over the same store, so every acknowledged record comes back.
     """
@@ -227,7 +235,7 @@ def start(home: Path | None = None, port: int | None = None, durable: bool = Fal
                 raise BrokerPortBusyError(
                     f"port {state.port} of the durable broker is taken by another process"
                 )
-            pid, log_path = _start_tansu(home, state.port, state.store_port)
+            pid, log_path = _start_tansu(home, state.port, state.store_port, attached)
             state = BrokerState(
                 pid=pid,
                 port=state.port,
@@ -248,9 +256,9 @@ def start(home: Path | None = None, port: int | None = None, durable: bool = Fal
         )
     store_pid = store_port = 0
     if durable:
-        store_pid, store_port = _start_store(home)
+        store_pid, store_port = _start_store(home, attached)
     try:
-        pid, log_path = _start_tansu(home, port, store_port)
+        pid, log_path = _start_tansu(home, port, store_port, attached)
     except BaseException:
         if store_pid:
             procs.terminate(store_pid)

@@ -83,3 +83,17 @@ def wait_port(host: str, port: int, timeout_s: float) -> bool:
                 return True
         time.sleep(0.05)
     return False
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM when its parent dies (Linux prctl).
+
+    For processes a test or a one-shot command owns: even a SIGKILLed pytest
+    leaves no broker behind. Detached brokers (``walstream broker start``) do not
+    use it: they must outlive the app that started them.
+    """
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

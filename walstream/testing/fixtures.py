@@ -53,10 +53,27 @@ def _testcontainers_kafka() -> Iterator[str]:
 def embedded_broker(home: Path, durable: bool = False) -> Iterator[KafkaBroker]:
     """Start an embedded broker in ``home`` on a free port; always stop it."""
     try:
-        state = embedded.start(home, port=procs.free_port(), durable=durable)
+        state = embedded.start(home, port=procs.free_port(), durable=durable, attached=True)
         yield KafkaBroker(state.bootstrap, "embedded", home)
     finally:
         embedded.stop(home)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI timeout, `timeout`, a killed job) runs fixture teardown too."""
+    import signal
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading_is_main():
+        signal.signal(signal.SIGTERM, on_term)
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 @pytest.fixture(scope="session")
