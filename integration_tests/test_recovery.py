@@ -78,6 +78,7 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
         _kill_group(proc)
         before = sum(json.loads((out / "totals.json").read_text()).values())
         assert before < sum(expected.values())
+        _check_inspect(ckpt, bootstrap)
         proc = _start(ckpt, out, bootstrap, total)
         _wait(lambda: (out / "done").exists(), 180, "the restarted run to finish", log)
         time.sleep(2)  # a batch or two more: totals must not move past the truth
@@ -131,3 +132,25 @@ def test_named_kill_point_then_restart_is_exactly_once(
     assert totals == expected
     assert sum(json.loads(p.read_text()) for p in out.glob("batch-*.json")) == \
         sum(expected.values())
+
+
+def _check_inspect(ckpt: Path, bootstrap: str) -> None:
+    """`walstream inspect` shows what the restart will start from."""
+    from checkpoint.files import checkpoint_files
+    from driver.received_block_tracker import ReceivedBlockTracker
+    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+
+    proc = subprocess.run([sys.executable, "-m", "walstream.cli", "inspect", str(ckpt),
+                           "--bootstrap", bootstrap], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["checkpoint_time_ms"] == checkpoint_files(ckpt)[0][0]
+    replayed = ReceivedBlockTracker([0], BatchedWriteAheadLog(
+        KafkaWriteAheadLog(bootstrap, f"{shown['app_id']}-driver")))
+    try:
+        assert shown["tracker"] == replayed.state().to_json()
+        assert shown["positions"]["0"][0]["until_offset"] == \
+            replayed.positions(0)[0].until_offset > 0
+    finally:
+        replayed.stop()

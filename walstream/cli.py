@@ -1,7 +1,8 @@
 """The ``walstream`` command line.
 
 ``walstream broker start [--durable] [--port N]`` prints the bootstrap address as
-its last line; ``walstream broker status``; ``walstream broker stop``.
+its last line; ``walstream broker status``; ``walstream broker stop``;
+``walstream inspect CHECKPOINT_DIR`` prints what a restart would recover.
 Errors this project raises on purpose print as one line and exit 2.
 """
 
@@ -59,6 +60,18 @@ def _broker_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from checkpoint.inspect import main_inspect
+
+    bootstrap = args.bootstrap or broker.bootstrap_servers(_home(args))
+    if not bootstrap:
+        print("walstream: error: no Kafka cluster: pass --bootstrap, set "
+              "KAFKA_BOOTSTRAP_SERVERS or start the embedded broker", file=sys.stderr)
+        return 2
+    print(main_inspect(args.checkpoint_dir, bootstrap))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="walstream", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--durable", action="store_true", help="survive a SIGKILL of the broker"
             )
+    i = sub.add_parser("inspect", help="print, as JSON, what a restart from a checkpoint "
+                                       "would recover")
+    i.add_argument("checkpoint_dir")
+    i.add_argument("--bootstrap", help="Kafka bootstrap servers (default: env or embedded)")
+    i.add_argument("--home", help="embedded broker state directory")
+    i.set_defaults(fn=_inspect)
     return parser
 
 
