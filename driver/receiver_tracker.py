@@ -21,9 +21,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -31,6 +30,7 @@ import grpc
 from driver import rpc_messages as m
 from driver.errors import UnknownReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
+from driver.receiver_endpoint import Listener, LocalReceiverEndpoint
 from driver.receiver_scheduling import (
     ExecutorLocation,
     executors_of,
@@ -38,26 +38,11 @@ from driver.receiver_scheduling import (
     reschedule_receiver,
 )
 from receiver.block_info import ReceivedBlockInfo
-from receiver.registration import Registration
 from receiver.task import ReceiverTaskSpec, run_receiver_task
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class ReceiverTrackingInfo:
-    stream_id: int
-    state: str = "inactive"  # inactive | scheduled | active | deregistered | failed
-    host: str = ""
-    executor_id: str = ""
-    launches: int = 0
-    errors: list[str] = field(default_factory=list)
-    rate_limit: float = 0.0
-    scheduled_locations: list[str] = field(default_factory=list)
-    commands: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1000))
-
-
-Listener = Callable[[str, int, str], None]  # (event, stream id, detail)
 
 
 def _location_of(locations: list[str]) -> ExecutorLocation | None:
@@ -68,7 +53,7 @@ def _location_of(locations: list[str]) -> ExecutorLocation | None:
     return ExecutorLocation(host, executor_id)
 
 
-class ReceiverTracker:
+class ReceiverTracker(LocalReceiverEndpoint):
     def __init__(
         self,
         block_tracker: ReceivedBlockTracker,
@@ -78,10 +63,7 @@ class ReceiverTracker:
         max_workers: int = 32,
         listener: Listener | None = None,
     ) -> None:
-        self.block_tracker = block_tracker
-        self.receivers = {s: ReceiverTrackingInfo(s) for s in stream_ids}
-        self._lock = threading.Lock()
-        self._listener = listener
+        super().__init__(block_tracker, stream_ids, listener)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
@@ -102,66 +84,9 @@ class ReceiverTracker:
         if bound == 0:
             raise OSError(f"ReceiverTracker cannot bind {host}:{port}")
         self.address = f"{host}:{bound}"
-        self._stopping = threading.Event()
         self._threads: dict[int, threading.Thread] = {}
         self._placed: dict[int, ExecutorLocation | None] = {}
         self._server.start()
-
-    # -- messages (in-process callers use these directly) ---------------------------
-
-    def _emit(self, event: str, stream_id: int, detail: str = "") -> None:
-        if self._listener is not None:
-            try:
-                self._listener(event, stream_id, detail)
-            except Exception:
-                log.exception("receiver listener failed")
-
-    def register_receiver(self, stream_id: int, host: str, executor_id: str) -> Registration:
-        with self._lock:
-            info = self.receivers.get(stream_id)
-            if self._stopping.is_set():
-                return Registration(False, "the streaming context is stopping")
-            if info is None:
-                return Registration(
-                    False, f"stream {stream_id} is not an input stream of this application")
-            if info.state == "active":
-                return Registration(
-                    False, f"a receiver for stream {stream_id} is already registered "
-                    f"(on {info.executor_id})")
-            info.state, info.host, info.executor_id = "active", host, executor_id
-            rate = info.rate_limit
-        self._emit("receiver_started", stream_id, executor_id)
-        return Registration(True, "registered",
-                            self.block_tracker.positions(stream_id), rate)
-
-    def _require_active(self, stream_id: int) -> None:
-        info = self.receivers.get(stream_id)
-        if info is None or info.state != "active":
-            state = "unknown" if info is None else info.state
-            raise UnknownReceiverError(
-                f"receiver of stream {stream_id} is not registered ({state}); "
-                "register it before reporting blocks")
-
-    def add_block(self, info: ReceivedBlockInfo) -> bool:
-        with self._lock:
-            self._require_active(info.stream_id)
-        return self.block_tracker.add_block(info)
-
-    def report_error(self, stream_id: int, message: str, error: str) -> None:
-        with self._lock:
-            info = self.receivers.get(stream_id)
-            if info is not None:
-                info.errors = [*info.errors[-99:], f"{message}: {error}"]
-        log.warning("receiver %d reported: %s %s", stream_id, message, error)
-        self._emit("receiver_error", stream_id, f"{message}: {error}")
-
-    def deregister_receiver(self, stream_id: int, message: str, error: str) -> None:
-        with self._lock:
-            info = self.receivers.get(stream_id)
-            if info is not None and info.state == "active":
-                info.state = "deregistered"
-        log.info("receiver %d deregistered: %s %s", stream_id, message, error)
-        self._emit("receiver_stopped", stream_id, message)
 
     # -- gRPC adapters ------------------------------------------------------------
 

@@ -182,18 +182,27 @@ class ScriptReceiver(Receiver):
         self._thread: threading.Thread | None = None
 
     def onStart(self) -> None:
+        # The new thread is in place before ``starts`` counts this start, so a test
+        # that waits for ``starts == n`` and then ``script_done`` sees this run's thread.
+        finished = threading.Event()
+        self._finished = finished
+        if self.script is not None:
+            self._thread = threading.Thread(target=self._run, args=(finished,), daemon=True)
+        else:
+            finished.set()
         self.starts += 1
         self.events.append("start")
-        if self.script is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
+        if self._thread is not None and self.script is not None:
             self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, finished: threading.Event) -> None:
         assert self.script is not None
         try:
             self.script(self)
         except Exception as exc:
             self.store_errors.append(exc)
+        finally:
+            finished.set()
 
     def onStop(self) -> None:
         self.stops += 1
@@ -207,8 +216,9 @@ class ScriptReceiver(Receiver):
         self.reported.append((block_id, metadata))
 
     def script_done(self) -> bool:
-        t = self._thread
-        return t is None or not t.is_alive()
+        """The script of the latest start has run to its end."""
+        finished = getattr(self, "_finished", None)
+        return finished is None or finished.is_set()
 
 
 def src(offset: int, topic: str = "src", partition: int = 0) -> tuple[str, int, int]:
