@@ -25,6 +25,7 @@ setup: prereqs $(STAMP)
 
 demo: setup
 	$(BIN)/python examples/demo_wordcount.py --seconds $${DEMO_SECONDS:-20}
+	$(BIN)/python examples/demo_recovery.py --total $${DEMO_RECOVERY_LINES:-6000}
 
 lint: setup
 	$(BIN)/ruff check .

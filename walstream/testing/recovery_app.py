@@ -43,6 +43,10 @@ def main() -> None:
     ap.add_argument("--batch", type=float, default=1.0)
     ap.add_argument("--state-checkpoint", type=float, default=2.0)
     args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=os.environ.get("WALSTREAM_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     expected_total = sum(expected_counts(args.seed, args.total).values())
 
