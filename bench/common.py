@@ -123,6 +123,65 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
+def _system_ticks() -> tuple[int, int]:
+    """(user + nice + system, steal) clock ticks of all CPUs since boot (see proc(5))."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[1]) + int(fields[2]) + int(fields[3]), int(fields[8])
+
+
+def _process_ticks(pid: int) -> int:
+    """utime + stime clock ticks of ``pid`` (all its threads); 0 when it is gone."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(rest[11]) + int(rest[12])  # fields 14 and 15 of proc(5)
+    return 0
+
+
+@dataclass(frozen=True)
+class CpuNoise:
+    """Average cores taken from a benchmark: by other processes, and by the hypervisor."""
+
+    other: float  # user + system time of processes other than the benchmark's
+    steal: float  # time the hypervisor ran something else on this VM's virtual CPUs
+
+    def fmt(self) -> str:
+        return f"{self.other:.2f} / {self.steal:.2f}"
+
+
+class OtherCpu:
+    """CPU not available to ``pids`` between :meth:`start` and :meth:`stop`.
+
+    Reported as average busy cores (0 = a quiet machine): the system's user + system
+    time minus that of ``pids``, and the steal time. Kernel time on behalf of the
+    benchmark (e.g. loopback networking in softirq) is not counted. Linux only; zeros
+    elsewhere.
+    """
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = [p for p in pids if p]
+        self._t0 = 0.0
+        self._busy0 = 0
+        self._steal0 = 0
+        self._ours0 = 0
+
+    def start(self) -> None:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            self._busy0, self._steal0 = _system_ticks()
+            self._ours0 = sum(_process_ticks(p) for p in self.pids)
+        self._t0 = time.monotonic()
+
+    def stop(self) -> CpuNoise:
+        wall = max(time.monotonic() - self._t0, 1e-9)
+        try:
+            busy, steal = _system_ticks()
+        except (OSError, ValueError, IndexError):
+            return CpuNoise(0.0, 0.0)
+        ours = sum(_process_ticks(p) for p in self.pids) - self._ours0
+        tick = os.sysconf("SC_CLK_TCK")
+        return CpuNoise(max(0.0, (busy - self._busy0 - ours) / tick / wall),
+                        max(0.0, (steal - self._steal0) / tick / wall))
+
+
 # -- broker -----------------------------------------------------------------------
 
 

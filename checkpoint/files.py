@@ -46,15 +46,19 @@ def write_checkpoint(directory: Path, data: CheckpointData, keep: int = 10) -> P
     final = directory / f"checkpoint-{data.checkpoint_time_ms:013d}"
     tmp = directory / f".checkpoint-{data.checkpoint_time_ms:013d}.tmp"
     payload = data.encode()
-    with open(tmp, "wb") as f:
-        half = len(payload) // 2
-        f.write(payload[:half])
-        f.flush()
-        kill_point("checkpoint.mid_write")
-        f.write(payload[half:])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as f:
+            half = len(payload) // 2
+            f.write(payload[:half])
+            f.flush()
+            kill_point("checkpoint.mid_write")
+            f.write(payload[half:])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failing disk must not pile up partial temp files
+        raise
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -97,11 +101,17 @@ class CheckpointWriter:
             queue.Queue(max_queue)
         self._on_error = on_error
         self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
-        self._thread.start()
         self.written = 0
         self.latest_time_ms = -1
+        self._stopped = False
+        self._thread.start()
 
     def write(self, data: CheckpointData, on_done: Callable[[], None] | None = None) -> None:
+        if self._stopped:  # nothing would ever take it off the queue
+            self._fail(CheckpointWriteError(
+                f"checkpoint writer for {self.directory} is stopped: checkpoint "
+                f"{data.checkpoint_time_ms} not written"))
+            return
         try:
             self._queue.put_nowait((data, on_done))
         except queue.Full:
@@ -124,7 +134,7 @@ class CheckpointWriter:
                 write_checkpoint(self.directory, data, self.keep)
                 self.written += 1
                 self.latest_time_ms = max(self.latest_time_ms, data.checkpoint_time_ms)
-            except OSError as exc:
+            except Exception as exc:  # any failure, or this thread dies and writes pile up
                 self._fail(CheckpointWriteError(
                     f"cannot write checkpoint {data.checkpoint_time_ms} to {self.directory}: "
                     f"{exc}"))
@@ -138,5 +148,6 @@ class CheckpointWriter:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Write what is queued, then stop."""
+        self._stopped = True
         self._queue.put(None)
         self._thread.join(timeout_s)

@@ -1,0 +1,297 @@
+"""Recovery helpers: times_to_resubmit policies, check_compatible, get_or_create plumbing.
+
+A StreamingContext is replaced by a tiny fake holding a real DStreamGraph of fake
+streams whose fingerprints are made by the real ``DStream._fingerprint``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoint.data import CheckpointData
+from checkpoint.errors import CheckpointError, IncompatibleGraphError
+from checkpoint.files import write_checkpoint
+from checkpoint.recovery import (
+    POLICY_KEY,
+    UPGRADE_KEY,
+    check_compatible,
+    get_or_create,
+    times_to_resubmit,
+)
+from driver.dstream import DStream
+from driver.graph import DStreamGraph
+from tests.checkpoint.helpers import make_data
+
+# -- times_to_resubmit ----------------------------------------------------------------
+
+
+def _ckpt(t: int, pending: tuple[int, ...], batch_ms: int = 1000) -> CheckpointData:
+    return make_data(t, batch_ms=batch_ms, pending_times_ms=pending)
+
+
+def test_all_resubmits_pending_and_every_missed() -> None:
+    data = _ckpt(5000, (4000, 5000))
+    assert times_to_resubmit(data, 9000, "all") == [4000, 5000, 6000, 7000, 8000]
+
+
+def test_coalesce_resubmits_pending_and_the_latest_missed() -> None:
+    data = _ckpt(5000, (4000, 5000))
+    assert times_to_resubmit(data, 9000, "coalesce") == [4000, 5000, 8000]
+
+
+def test_skip_resubmits_only_pending() -> None:
+    data = _ckpt(5000, (4000, 5000))
+    assert times_to_resubmit(data, 9000, "skip") == [4000, 5000]
+
+
+@pytest.mark.parametrize("policy", ["all", "coalesce", "skip"])
+def test_nothing_missed(policy: str) -> None:
+    """Restarted within one batch: the first new batch is the next grid time."""
+    data = _ckpt(5000, (5000,))
+    assert times_to_resubmit(data, 6000, policy) == [5000]
+
+
+@pytest.mark.parametrize("policy", ["all", "coalesce", "skip"])
+def test_no_pending_nothing_missed(policy: str) -> None:
+    assert times_to_resubmit(_ckpt(5000, ()), 6000, policy) == []
+
+
+@pytest.mark.parametrize("policy", ["all", "coalesce", "skip"])
+def test_missed_are_strictly_between_checkpoint_and_first_new(policy: str) -> None:
+    data = _ckpt(5000, ())
+    got = times_to_resubmit(data, 8000, policy)
+    assert all(5000 < t < 8000 for t in got)
+    assert set(got) <= {6000, 7000}
+
+
+@pytest.mark.parametrize("policy", ["all", "coalesce", "skip"])
+def test_pending_that_is_also_missed_comes_once(policy: str) -> None:
+    """A completion checkpoint of 5000 listing 6000 pending; 6000 is also on the grid."""
+    data = _ckpt(5000, (7000, 6000, 5000))
+    got = times_to_resubmit(data, 9000, policy)
+    assert got == sorted(set(got))
+    assert {5000, 6000, 7000} <= set(got)
+    assert len(got) == len(set(got))
+
+
+def test_sorted_even_when_pending_is_not() -> None:
+    data = _ckpt(5000, (5000, 3000, 4000))
+    assert times_to_resubmit(data, 8000, "all") == [3000, 4000, 5000, 6000, 7000]
+
+
+def test_grid_follows_the_batch_duration() -> None:
+    data = _ckpt(6000, (), batch_ms=2000)
+    assert times_to_resubmit(data, 14000, "all") == [8000, 10000, 12000]
+    assert times_to_resubmit(data, 14000, "coalesce") == [12000]
+
+
+def test_skipped_batches_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="checkpoint.recovery"):
+        times_to_resubmit(_ckpt(5000, ()), 10000, "skip")
+    assert "4 missed" in caplog.text
+
+
+@pytest.mark.parametrize("policy", ["none", "ALL-ish", ""])
+def test_unknown_policy_names_the_key(policy: str) -> None:
+    with pytest.raises(CheckpointError) as info:
+        times_to_resubmit(_ckpt(5000, ()), 6000, policy)  # also when nothing was missed
+    assert POLICY_KEY in str(info.value)
+    assert repr(policy) in str(info.value)
+
+
+# -- check_compatible -------------------------------------------------------------------
+
+
+class FakeStream:
+    """Just what the fingerprint reads, fingerprinted by the real DStream code."""
+
+    _fingerprint = DStream._fingerprint
+
+    def __init__(self, graph: DStreamGraph, kind: str, *parents: FakeStream) -> None:
+        self._kind = kind
+        self._parents = list(parents)
+        self._must_checkpoint = kind.startswith(("updateStateByKey", "reduceByKeyAndWindow"))
+        self._generated: dict[int, Any] = {}
+        self._id = graph.register(self)  # type: ignore[arg-type]
+
+
+class FakeContext:
+    def __init__(self, batch_ms: int = 1000, conf: dict[str, str] | None = None) -> None:
+        self._batch_ms = batch_ms
+        self._graph = DStreamGraph(batch_ms)
+        self._conf_values = dict(conf or {})
+        self._checkpoint_dir: str | None = None
+        self._recovered: Any = None
+
+    def _conf(self) -> dict[str, str]:
+        return dict(self._conf_values)
+
+    def checkpoint(self, directory: str) -> None:
+        self._checkpoint_dir = directory
+
+
+def _stateful_app(ssc: FakeContext, outputs: int = 1, stateful: bool = True) -> FakeContext:
+    """socketTextStream -> flatMap -> map -> updateStateByKey -> pprint (and more outputs)."""
+    g = ssc._graph
+    lines = FakeStream(g, "receiver:SocketTextReceiver")
+    words = FakeStream(g, "transform", lines)
+    pairs = FakeStream(g, "transform", words)
+    last = FakeStream(g, "updateStateByKey", pairs) if stateful else pairs
+    for _ in range(outputs):
+        FakeStream(g, "output:foreachRDD", last)
+    return ssc
+
+
+def _checkpoint_of(ssc: FakeContext) -> CheckpointData:
+    g = ssc._graph
+    return make_data(5000, batch_ms=ssc._batch_ms, fingerprint=g.fingerprint(),
+                     graph_shape=tuple(s._fingerprint() for s in g.streams))
+
+
+def _check(ssc: FakeContext, data: CheckpointData) -> None:
+    check_compatible(ssc, data)  # type: ignore[arg-type]
+
+
+def test_same_graph_passes() -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    _check(_stateful_app(FakeContext()), data)
+
+
+def test_fingerprint_is_stable_and_shape_sensitive() -> None:
+    a = _stateful_app(FakeContext())._graph.fingerprint()
+    assert a == _stateful_app(FakeContext())._graph.fingerprint()
+    assert a != _stateful_app(FakeContext(), outputs=2)._graph.fingerprint()
+    assert a != _stateful_app(FakeContext(batch_ms=2000))._graph.fingerprint()
+
+
+def test_different_batch_duration_is_refused_naming_both() -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext(batch_ms=1000)))
+    with pytest.raises(IncompatibleGraphError) as info:
+        _check(_stateful_app(FakeContext(batch_ms=2000)), data)
+    assert "1000 ms" in str(info.value) and "2000 ms" in str(info.value)
+
+
+def test_different_batch_duration_is_refused_even_in_upgrade_mode() -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext(batch_ms=1000)))
+    with pytest.raises(IncompatibleGraphError, match="2000 ms"):
+        _check(_stateful_app(FakeContext(batch_ms=2000, conf={UPGRADE_KEY: "true"})), data)
+
+
+def test_added_output_is_refused_suggesting_upgrade_mode() -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    new = _stateful_app(FakeContext(), outputs=2)
+    added = new._graph.streams[-1]._fingerprint()
+    assert added.startswith("output:foreachRDD#")
+    with pytest.raises(IncompatibleGraphError) as info:
+        _check(new, data)
+    message = str(info.value)
+    assert added in message
+    assert "added" in message
+    assert f"{UPGRADE_KEY}=true" in message
+
+
+@pytest.mark.parametrize("value", ["true", "True", "TRUE"])
+def test_added_output_is_accepted_in_upgrade_mode(value: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    new = _stateful_app(FakeContext(conf={UPGRADE_KEY: value}), outputs=2)
+    with caplog.at_level(logging.WARNING, logger="checkpoint.recovery"):
+        _check(new, data)
+    assert "upgrade mode" in caplog.text
+
+
+def test_upgrade_false_still_refuses() -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    with pytest.raises(IncompatibleGraphError):
+        _check(_stateful_app(FakeContext(conf={UPGRADE_KEY: "false"}), outputs=2), data)
+
+
+@pytest.mark.parametrize("upgrade", [False, True])
+def test_removed_stateful_operator_is_refused_naming_it(upgrade: bool) -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    conf = {UPGRADE_KEY: "true"} if upgrade else {}
+    new = _stateful_app(FakeContext(conf=conf), stateful=False)
+    with pytest.raises(IncompatibleGraphError) as info:
+        _check(new, data)
+    message = str(info.value)
+    assert "updateStateByKey#3(2)" in message
+    assert "removed" in message
+    assert "stateful" in message
+    assert f"{UPGRADE_KEY}=true" not in message  # upgrade mode would not help
+
+
+def test_added_stateful_operator_is_refused_in_upgrade_mode() -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext(), stateful=False))
+    with pytest.raises(IncompatibleGraphError, match="updateStateByKey"):
+        _check(_stateful_app(FakeContext(conf={UPGRADE_KEY: "true"})), data)
+
+
+def test_changed_input_is_refused_in_upgrade_mode() -> None:
+    old = FakeContext()
+    FakeStream(old._graph, "output:foreachRDD", FakeStream(old._graph, "queue"))
+    new = FakeContext(conf={UPGRADE_KEY: "true"})
+    FakeStream(new._graph, "output:foreachRDD", FakeStream(new._graph, "kafkaDirect"))
+    with pytest.raises(IncompatibleGraphError) as info:
+        _check(new, _checkpoint_of(old))
+    assert "queue#0()" in str(info.value) and "kafkaDirect#0()" in str(info.value)
+
+
+def test_changed_window_of_inverse_reduce_is_refused_in_upgrade_mode() -> None:
+    def app(ssc: FakeContext, window_ms: int) -> FakeContext:
+        g = ssc._graph
+        src = FakeStream(g, "receiver:R")
+        red = FakeStream(g, f"reduceByKeyAndWindow({window_ms},1000)", src)
+        FakeStream(g, "output:foreachRDD", red)
+        return ssc
+
+    data = _checkpoint_of(app(FakeContext(), 30000))
+    _check(app(FakeContext(), 30000), data)
+    with pytest.raises(IncompatibleGraphError, match=r"reduceByKeyAndWindow\(60000,1000\)"):
+        _check(app(FakeContext(conf={UPGRADE_KEY: "true"}), 60000), data)
+
+
+# -- get_or_create ------------------------------------------------------------------------
+
+
+def test_get_or_create_without_checkpoint_returns_fresh_context(tmp_path: Path) -> None:
+    ssc = _stateful_app(FakeContext())
+    got = get_or_create(str(tmp_path / "cp"), lambda: ssc)  # type: ignore[arg-type,return-value]
+    assert got is ssc
+    assert ssc._checkpoint_dir == str(tmp_path / "cp")
+    assert ssc._recovered is None
+
+
+def test_get_or_create_recovers_the_newest_checkpoint(tmp_path: Path) -> None:
+    cp = tmp_path / "cp"
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    write_checkpoint(cp, data)
+    write_checkpoint(cp, make_data(4000, fingerprint=data.fingerprint,
+                                   graph_shape=data.graph_shape))
+    ssc = _stateful_app(FakeContext())
+    get_or_create(str(cp), lambda: ssc)  # type: ignore[arg-type,return-value]
+    assert ssc._recovered == data
+
+
+def test_get_or_create_refuses_an_incompatible_graph(tmp_path: Path) -> None:
+    cp = tmp_path / "cp"
+    write_checkpoint(cp, _checkpoint_of(_stateful_app(FakeContext())))
+    ssc = _stateful_app(FakeContext(), outputs=2)
+    with pytest.raises(IncompatibleGraphError):
+        get_or_create(str(cp), lambda: ssc)  # type: ignore[arg-type,return-value]
+    assert ssc._recovered is None
+
+
+def test_get_or_create_refuses_another_checkpoint_dir(tmp_path: Path) -> None:
+    ssc = _stateful_app(FakeContext())
+    ssc.checkpoint(str(tmp_path / "elsewhere"))
+    with pytest.raises(CheckpointError, match="must be the same"):
+        get_or_create(str(tmp_path / "cp"), lambda: ssc)  # type: ignore[arg-type,return-value]
+
+
+def test_get_or_create_needs_a_context(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="StreamingContext"):
+        get_or_create(str(tmp_path), lambda: None)  # type: ignore[arg-type,return-value]
