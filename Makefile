@@ -43,6 +43,8 @@ integration: setup
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench.wal_bench --size full --out bench/RESULTS-wal.md
+	$(BIN)/python -m bench.ingest_bench --size full
+	$(BIN)/python -m bench.addblock_bench --out bench/RESULTS-addblock.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
