@@ -86,6 +86,13 @@ class DirectKafkaInputDStream(DStream):
                                        "enable.partition.eof": True, "fetch.wait.max.ms": 10})
         return self._consumer
 
+    def close(self) -> None:
+        """Close the driver's probe consumer (the context stopped). Left open, it kept
+        following the topics' metadata after the stop and leaked its threads."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
     def _end_offset(self, topic: str, partition: int, at_least: int) -> int:
         consumer = self._probe()
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pyspark.rdd import portable_hash
+
 from driver.durations import check_multiple, ms_of, time_of, to_ms
 from walstream.errors import ConfigError
 
@@ -160,11 +162,8 @@ class DStream:
         return self.transform(lambda rdd: rdd.repartition(numPartitions))
 
     def partitionBy(self, numPartitions: int,  # noqa: N802, N803
-                    partitionFunc: Callable[[Any], int] | None = None) -> DStream:  # noqa: N803
-        from pyspark.rdd import portable_hash
-
-        func = partitionFunc or portable_hash
-        return self.transform(lambda rdd: rdd.partitionBy(numPartitions, func))
+                    partitionFunc: Callable[[Any], int] = portable_hash) -> DStream:  # noqa: N803
+        return self.transform(lambda rdd: rdd.partitionBy(numPartitions, partitionFunc))
 
     def reduce(self, func: Callable[[Any, Any], Any]) -> DStream:
         return self.map(lambda x: (None, x)).reduceByKey(func, 1).map(lambda kv: kv[1])
@@ -345,14 +344,15 @@ class DStream:
                             initial)
 
     def slice(self, begin: datetime | float, end: datetime | float) -> list[Any]:
-        """The RDDs of the batches from ``begin`` to ``end``, both included."""
+        """The RDDs of the batches from ``begin`` to ``end``, both included; times that
+        are not batch times are floored to one (as Spark's ``DStream.slice``)."""
         if self._zero_ms is None:
             raise ConfigError("slice() needs a started StreamingContext")
         return self.slice_ms(ms_of(begin), ms_of(end))
 
     def slice_ms(self, begin_ms: int, end_ms: int) -> list[Any]:
         zero = self._zero_ms if self._zero_ms is not None else 0
-        first = begin_ms + (-(begin_ms - zero)) % self._slide_ms
+        first = begin_ms - (begin_ms - zero) % self._slide_ms  # floored, as Spark
         out = []
         for t in range(first, end_ms + 1, self._slide_ms):
             rdd = self.get_or_compute(t)

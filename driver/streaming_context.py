@@ -146,7 +146,9 @@ class StreamingContext:
                 raise ConfigError("Only one StreamingContext may be started in this JVM. "
                                   "Currently running StreamingContext was started at "
                                   f"{StreamingContext._active}")
-            self._graph.validate(self._checkpoint_dir)
+            # As Spark (DStream.validateAtStart): the SparkContext's checkpoint directory
+            # is what state and inverse windows need; ssc.checkpoint() sets it too.
+            self._graph.validate(self._checkpoint_dir or self._sc.getCheckpointDir())
             conf = self._conf()
             receivers = {s.stream_id: s.receiver for s in self._graph.streams
                          if isinstance(s, ReceiverInputDStream)}
@@ -163,7 +165,11 @@ class StreamingContext:
             if self._checkpoint_dir is not None:
                 from checkpoint.files import CheckpointWriter
 
-                self._checkpoint_writer = CheckpointWriter(self._checkpoint_dir)
+                # A checkpoint that cannot be written stops the app like a failed job
+                # (awaitTermination raises it): running on without checkpoints would
+                # silently lose recoverability.
+                self._checkpoint_writer = CheckpointWriter(
+                    self._checkpoint_dir, on_error=self._on_checkpoint_error)
                 checkpointer = self._write_checkpoint
             self._engine = StreamingEngine(
                 self._sc, cfg, receivers, self._graph.generate_jobs,
@@ -181,6 +187,10 @@ class StreamingContext:
             self._engine.start(first, resubmit=resubmit)
             self._state = "active"
             StreamingContext._active = self
+
+    def _on_checkpoint_error(self, exc: BaseException) -> None:
+        if self._engine is not None:
+            self._engine.scheduler.report_error("checkpoint failed", exc)
 
     def _write_checkpoint(self, t: int, on_done: Callable[[], None] | None) -> None:
         """After generating batch ``t`` (pending) and after it completed (then clean)."""
@@ -215,11 +225,22 @@ class StreamingContext:
                 if self._checkpoint_writer is not None:
                     self._checkpoint_writer.stop()
             finally:
+                self._close_direct_streams()
                 self._state = "stopped"
                 if StreamingContext._active is self:
                     StreamingContext._active = None
                 if stopSparkContext:
                     self._sc.stop()
+
+    def _close_direct_streams(self) -> None:
+        from driver.direct_stream import DirectKafkaInputDStream
+
+        for stream in self._graph.streams:
+            if isinstance(stream, DirectKafkaInputDStream):
+                try:
+                    stream.close()
+                except Exception:
+                    log.exception("closing the Kafka consumer of %r failed", stream)
 
     def remember(self, duration: float) -> None:
         self._graph.remember_ms = to_ms(duration, "remember duration")

@@ -1,0 +1,91 @@
+"""Helpers modelled on PySpark's streaming test base (``PySparkStreamingTestCase``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from driver import DStream, StreamingContext
+
+# Every wait below is bounded by this (seconds) unless a test passes its own.
+TIMEOUT = 60.0
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = TIMEOUT,
+               ssc: StreamingContext | None = None) -> None:
+    """Poll ``cond``; with ``ssc`` (started), a failed job's error is raised at once."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        if ssc is not None:
+            ssc.awaitTerminationOrTimeout(0.05)
+        else:
+            time.sleep(0.05)
+
+
+def collect(ssc: StreamingContext, dstream: DStream, n: int, block: bool = True,
+            timeout: float = TIMEOUT) -> list[list[Any]]:
+    """PySpark's ``_collect``: the first ``n`` non-empty batches of ``dstream``.
+
+    With ``block`` it starts ``ssc``, waits for them (bounded) and stops the
+    streaming context (never the SparkContext); else it only registers the output.
+    """
+    result: list[list[Any]] = []
+
+    def get_output(_: Any, rdd: Any) -> None:
+        if rdd and len(result) < n:
+            r = rdd.collect()
+            if r:
+                result.append(r)
+
+    dstream.foreachRDD(get_output)
+    if not block:
+        return result
+    ssc.start()
+    try:
+        wait_until(lambda: len(result) >= n, f"{n} batches of output", timeout, ssc)
+    finally:
+        ssc.stop(stopSparkContext=False)
+    return result[:n]
+
+
+def take(ssc: StreamingContext, dstream: DStream, n: int,
+         timeout: float = TIMEOUT) -> list[Any]:
+    """PySpark's ``_take``: the first ``n`` records of ``dstream`` over all batches."""
+    results: list[Any] = []
+
+    def take_some(_: Any, rdd: Any) -> None:
+        if rdd and len(results) < n:
+            results.extend(rdd.take(n - len(results)))
+
+    dstream.foreachRDD(take_some)
+    ssc.start()
+    try:
+        wait_until(lambda: len(results) >= n, f"{n} records", timeout, ssc)
+    finally:
+        ssc.stop(stopSparkContext=False)
+    return results[:n]
+
+
+def sort_by_key(outputs: list[Any]) -> list[list[Any]]:
+    return [sorted(batch, key=lambda kv: kv[0]) for batch in outputs]
+
+
+def run_func(ssc: StreamingContext, inputs: Sequence[Any],
+             func: Callable[..., DStream], expected: list[Any], sort: bool = False,
+             inputs2: Sequence[Any] | None = None) -> None:
+    """PySpark's ``_test_func``: queue the inputs, apply ``func``, compare batch by batch."""
+    sc = ssc.sparkContext
+    rdds = [sc.parallelize(d, 1) if isinstance(d, list) else d for d in inputs]
+    stream = ssc.queueStream(rdds)
+    if inputs2 is not None:
+        rdds2 = [sc.parallelize(d, 1) if isinstance(d, list) else d for d in inputs2]
+        out = func(stream, ssc.queueStream(rdds2))
+    else:
+        out = func(stream)
+    result = collect(ssc, out, len(expected))
+    if sort:
+        result, expected = sort_by_key(result), sort_by_key(expected)
+    assert result == expected
