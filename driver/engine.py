@@ -154,8 +154,8 @@ class StreamingEngine:
     def _on_batch_completed(self, info: BatchInfo) -> None:
         if self.rate_controller is not None:
             self.rate_controller.on_batch_completed(
-                info.batch_time_ms, info.numRecords(), info.processingDelay() or 0,
-                info.schedulingDelay() or 0)
+                info.batch_time_ms, info.numRecords(), max(0, info.processingDelay()),
+                max(0, info.schedulingDelay()))
         self.generator.on_batch_completed(info)
 
     def _cleanup(self, t: int) -> None:
