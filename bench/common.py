@@ -21,6 +21,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+#: The raw confluent-kafka producer every benchmark compares against: what a user
+#: would choose for throughput (librdkafka defaults plus acks=all and idempotence,
+#: linger.ms=5 as BROKER.md measured), asynchronous with delivery callbacks.
+RAW_PRODUCER_CONFIG: dict[str, Any] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "compression.type": "none",
+    "socket.connection.setup.timeout.ms": 10_000,
+}
+
 # -- statistics -------------------------------------------------------------------
 
 

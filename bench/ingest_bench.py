@@ -67,6 +67,7 @@ from types import FrameType
 from typing import Any
 
 from bench.common import (
+    RAW_PRODUCER_CONFIG,
     Stat,
     admin_client,
     bench_broker,
@@ -84,13 +85,6 @@ RATIO_TARGET = 0.7
 CLEAN_ALL_MS = 2**42  # later than any record time: clean() deletes every segment
 WAL_TOPIC_PREFIX = "walstream.wal."  # KafkaWalConfig.topic_prefix (default)
 POLL_S = 0.005  # how often the bench polls the driver's positions
-RAW_PRODUCER_CONFIG: dict[str, Any] = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "linger.ms": 5,
-    "compression.type": "none",
-    "socket.connection.setup.timeout.ms": 10_000,
-}
 
 
 @dataclass(frozen=True)

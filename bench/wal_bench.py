@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    RAW_PRODUCER_CONFIG,
     BenchBroker,
     CpuNoise,
     OtherCpu,
@@ -87,13 +88,6 @@ PIPELINE_DEPTH = 8  # write_async futures each writer keeps outstanding
 # throughput would run: librdkafka's defaults (linger.ms=5, the value BROKER.md measured
 # with; compression none; batch.size 1000000) plus acks=all and idempotence. It does not
 # follow the WAL's settings. message.max.bytes is raised only so a 1 MiB value fits.
-RAW_PRODUCER_CONFIG: dict[str, Any] = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "linger.ms": 5,
-    "compression.type": "none",
-    "socket.connection.setup.timeout.ms": 10_000,
-}
 
 
 @dataclass(frozen=True)

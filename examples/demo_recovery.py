@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,18 +38,8 @@ def start_app(ckpt: Path, out: Path, bootstrap: str, total: int, log: Path) -> s
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    proc.wait(30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
+    procs.kill_group(proc.pid)
+    proc.poll()
 
 
 def wait(cond: object, timeout_s: float, what: str) -> None:

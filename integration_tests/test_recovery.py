@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from walstream import procs
 from walstream.testing.recovery_app import expected_counts
 
 pytestmark = pytest.mark.spark
@@ -33,20 +34,9 @@ def _start(ckpt: Path, out: Path, bootstrap: str, total: int,
         start_new_session=True)
 
 
-def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return
-    proc.wait(30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    assert procs.kill_group(proc.pid), "the app's processes survived SIGKILL"
+    proc.poll()
 
 
 def _wait(cond: object, timeout_s: float, what: str, log: Path) -> None:

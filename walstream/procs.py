@@ -97,3 +97,22 @@ def die_with_parent() -> None:
     pr_set_pdeathsig = 1
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def kill_group(pid: int, grace_s: float = 20.0) -> bool:
+    """SIGKILL the process group led by ``pid`` and wait until all of it is gone.
+
+    For chaos: the driver, its JVM and its Python workers die at once. Returns
+    whether the group is gone.
+    """
+    with contextlib.suppress(ProcessLookupError, ChildProcessError, OSError):
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
