@@ -289,3 +289,11 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def md_facts(facts: dict[str, str]) -> str:
     return md_table(["", ""], [[f"**{k}**", v] for k, v in facts.items()])
+
+
+def write_results(path: Path, text: str) -> None:
+    """Write a results file (creating its folder), log where, and echo it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    log(f"wrote {path}")
+    print(text)

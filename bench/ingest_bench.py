@@ -77,6 +77,7 @@ from bench.common import (
     machine_info,
     md_facts,
     md_table,
+    write_results,
 )
 
 MB = 1_000_000  # throughput unit: 10^6 bytes of record payload (key + value)
@@ -968,10 +969,7 @@ def main(argv: list[str] | None = None) -> int:
         facts = machine_info(broker.description)
     load_end = _uptime()
     text = render(res, facts, args, cfg, load_start, load_end, argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    log(f"wrote {args.out}")
-    print(text)
+    write_results(args.out, text)
     return 0
 
 

@@ -62,6 +62,7 @@ from bench.common import (
     percentile,
     rss_mib,
     topics_with_prefix,
+    write_results,
 )
 from wal import (
     BatchedWriteAheadLog,
@@ -563,10 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"broker: {broker.description}")
         res = run_all(broker, size, args.runs)
         text = render(res, broker, args.size, size, args.runs, argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    log(f"wrote {args.out}")
-    print(text)
+    write_results(args.out, text)
     return 0
 
 
