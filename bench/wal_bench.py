@@ -169,8 +169,12 @@ def raw_producer_config(bootstrap: str, record_size: int) -> dict[str, Any]:
             "message.max.bytes": raw_message_max_bytes(record_size)}
 
 
-def raw_throughput(bootstrap: str, record_size: int, writers: int, total_bytes: int) -> float:
-    """MB/s of asynchronous produce of ``total_bytes`` in ``record_size`` values."""
+def raw_throughput(bootstrap: str, record_size: int, writers: int, total_bytes: int,
+                   blocking: bool = False) -> float:
+    """MB/s of asynchronous produce of ``total_bytes`` in ``record_size`` values; with
+    ``blocking`` each writer waits for the delivery of its record before producing the
+    next (the semantics of ``KafkaWriteAheadLog.write``; a poller thread serves the
+    callbacks)."""
     from confluent_kafka import Producer
 
     count = total_bytes // record_size
@@ -178,7 +182,10 @@ def raw_throughput(bootstrap: str, record_size: int, writers: int, total_bytes: 
     admin = admin_client(bootstrap)  # referenced until every admin future resolved
     topic = _unique("raw")
     create_topic(admin, topic)
-    producer = Producer(raw_producer_config(bootstrap, record_size))
+    config = raw_producer_config(bootstrap, record_size)
+    if blocking:
+        config["linger.ms"] = 0  # a writer waiting per record gains nothing from lingering
+    producer = Producer(config)
     lock = threading.Lock()
     delivered = [0]
     errors: list[Any] = []
@@ -197,6 +204,18 @@ def raw_throughput(bootstrap: str, record_size: int, writers: int, total_bytes: 
 
         shares = _shares(count, writers)
 
+        def write_blocking(i: int) -> None:
+            for _ in range(shares[i]):
+                done = threading.Event()
+
+                def on_own_delivery(err: Any, msg: Any, done: threading.Event = done) -> None:
+                    on_delivery(err, msg)
+                    done.set()
+
+                producer.produce(topic, payload, partition=0, on_delivery=on_own_delivery)
+                if not done.wait(120):
+                    raise RuntimeError("raw blocking produce: no delivery within 120 s")
+
         def write(i: int) -> None:
             for _ in range(shares[i]):
                 while True:
@@ -207,8 +226,22 @@ def raw_throughput(bootstrap: str, record_size: int, writers: int, total_bytes: 
                         producer.poll(0.005)
                 producer.poll(0)
 
+        polling = threading.Event()
+
+        def poll_loop() -> None:
+            while not polling.is_set():
+                producer.poll(0.05)
+
+        poller = threading.Thread(target=poll_loop, daemon=True, name="bench-raw-poller")
+        if blocking:
+            poller.start()
         t0 = time.perf_counter()
-        _run_threads(writers, write)
+        try:
+            _run_threads(writers, write_blocking if blocking else write)
+        finally:
+            polling.set()
+            if blocking:
+                poller.join()
         left = producer.flush(120)
         elapsed = time.perf_counter() - t0
         if left or errors or delivered[0] != count:
@@ -312,6 +345,7 @@ def event_run(bootstrap: str, batched: bool, seconds: float) -> EventRun:
 @dataclass
 class Results:
     raw: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    raw_blocking: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     wal: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     wal_async: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     events: dict[bool, list[EventRun]] = field(default_factory=dict)
@@ -339,14 +373,18 @@ def run_all(broker: BenchBroker, size: Size, runs: int) -> Results:
             for writers in WRITER_COUNTS:
                 key = (record_size, writers)
                 raw = raw_throughput(broker.bootstrap, record_size, writers, size.bytes_per_run)
+                raw_blk = raw_throughput(broker.bootstrap, record_size, writers,
+                                         size.bytes_per_run, blocking=True)
                 wal = wal_throughput(broker.bootstrap, record_size, writers, size.bytes_per_run)
                 wal_async = wal_throughput(broker.bootstrap, record_size, writers,
                                            size.bytes_per_run, depth=PIPELINE_DEPTH)
                 res.raw.setdefault(key, []).append(raw)
+                res.raw_blocking.setdefault(key, []).append(raw_blk)
                 res.wal.setdefault(key, []).append(wal)
                 res.wal_async.setdefault(key, []).append(wal_async)
                 log(f"run {run}/{runs} {_fmt_size(record_size):>7} x{writers}: "
-                    f"raw {raw:7.1f} MB/s  write() {wal:7.1f} MB/s ({wal / raw:.2f}x)  "
+                    f"raw {raw:7.1f} MB/s  raw blocking {raw_blk:7.1f} MB/s  "
+                    f"write() {wal:7.1f} MB/s ({wal / raw:.2f}x)  "
                     f"write_async {wal_async:7.1f} MB/s ({wal_async / raw:.2f}x)")
                 sample_load()
         for batched in (True, False):
@@ -413,7 +451,7 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
                 "), split evenly over the writer threads; timed from the release of the "
                 "threads until the last write() returned (WAL write), the last write_async "
                 "Future resolved (WAL write_async) or `flush()` returned (raw); order per "
-                "run and case: raw, write(), write_async"
+                "run and case: raw, raw blocking, write(), write_async"
             ),
             "KafkaWriteAheadLog": (
                 f"defaults plus {WAL_OPTIONS}: chunk_bytes={cfg.chunk_bytes}, "
@@ -443,6 +481,13 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
                 "BufferError), flush() at the end, every delivery checked; topic created "
                 "with AdminClient (1 partition) and a warm-up record flushed before timing"
             ),
+            "Raw produce, blocking": (
+                "the same producer and topic set-up but with linger.ms=0 (a writer that "
+                "waits for each record gains nothing from lingering), and each writer thread produces one "
+                "record and waits for its delivery callback (served by a poller thread "
+                "calling poll(50 ms)) before the next: the semantics of WAL write(), with "
+                "no WAL code; the column 'Ratio to blocking raw' compares against it"
+            ),
             "Events": (
                 f"{EVENT_WRITERS} threads, each calling write() with {EVENT_BYTES}-byte events "
                 f"back to back for {size.event_seconds:g} s; latency = time of each write() "
@@ -468,8 +513,11 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
     for key in res.raw:
         record_size, writers = key
         raw = Stat.of(res.raw[key])
+        blk = Stat.of(res.raw_blocking[key])
         rows.append([_fmt_size(record_size), str(writers), "raw produce", raw.fmt(), "1.00",
-                     "—", "—"])
+                     "—", "—", "—"])
+        rows.append([_fmt_size(record_size), str(writers), "raw produce, blocking", blk.fmt(),
+                     f"{blk.median / raw.median:.2f}", "1.00", "—", "—"])
         variants = [("WAL write() (blocking)", res.wal[key], True),
                     (f"WAL write_async (pipelined, W={PIPELINE_DEPTH})", res.wal_async[key],
                      False)]
@@ -483,9 +531,10 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
             else:
                 target, verdict = "—", "—"
             rows.append([_fmt_size(record_size), str(writers), label, wal.fmt(),
-                         f"{ratio:.2f} [{min(paired):.2f}, {max(paired):.2f}]", target, verdict])
-    out += [md_table(["Record", "Writers", "Variant", "MB/s", "Ratio to raw", "Target",
-                      "Result"], rows), ""]
+                         f"{ratio:.2f} [{min(paired):.2f}, {max(paired):.2f}]",
+                         f"{wal.median / blk.median:.2f}", target, verdict])
+    out += [md_table(["Record", "Writers", "Variant", "MB/s", "Ratio to raw",
+                      "Ratio to blocking raw", "Target", "Result"], rows), ""]
 
     out += [
         f"## 2. {EVENT_WRITERS} writers of {EVENT_BYTES}-byte events",
@@ -518,6 +567,8 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
     for key in res.raw:
         rows.append([f"{_fmt_size(key[0])} x{key[1]} raw MB/s",
                      ", ".join(f"{v:.1f}" for v in res.raw[key])])
+        rows.append([f"{_fmt_size(key[0])} x{key[1]} raw blocking MB/s",
+                     ", ".join(f"{v:.1f}" for v in res.raw_blocking[key])])
         rows.append([f"{_fmt_size(key[0])} x{key[1]} WAL write() MB/s",
                      ", ".join(f"{v:.1f}" for v in res.wal[key])])
         rows.append([f"{_fmt_size(key[0])} x{key[1]} WAL write_async MB/s",
