@@ -483,9 +483,10 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
             ),
             "Raw produce, blocking": (
                 "the same producer and topic set-up but with linger.ms=0 (a writer that "
-                "waits for each record gains nothing from lingering), and each writer thread produces one "
-                "record and waits for its delivery callback (served by a poller thread "
-                "calling poll(50 ms)) before the next: the semantics of WAL write(), with "
+                "waits for each record gains nothing from lingering), and each writer "
+                "thread produces one record and waits for its delivery callback (served "
+                "by a poller thread calling poll(50 ms)) before the next: the semantics "
+                "of WAL write(), with "
                 "no WAL code; the column 'Ratio to blocking raw' compares against it"
             ),
             "Events": (

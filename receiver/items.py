@@ -30,6 +30,44 @@ _PAIR_SCHEMA = fastavro.parse_schema(
 )
 
 
+# Avro binary of one branch of the union ["null", "bytes", "string"]: the branch
+# index as a zig-zag varint (0, 2, 4), then a zig-zag varint length and the bytes.
+# Hand-written because it runs once per received record (fastavro's writer costs
+# several microseconds per call); tests/receiver/test_items.py checks it is
+# byte-identical to fastavro's encoding of _PAIR_SCHEMA.
+_SMALL_LENGTHS = [bytes((n << 1,)) for n in range(64)]
+
+
+def _avro_length(n: int) -> bytes:
+    if n < 64:
+        return _SMALL_LENGTHS[n]
+    z = n << 1
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _pair_branch(x: bytes | str | None) -> bytes:
+    if x is None:
+        return b"\x00"
+    if isinstance(x, str):
+        try:
+            data = x.encode("utf-8")  # strict: Avro strings are valid UTF-8
+        except UnicodeEncodeError as exc:
+            raise BadRecordError(f"a (key, value) string is not valid UTF-8: {exc}") from exc
+        return b"\x04" + _avro_length(len(data)) + data
+    data = bytes(x)
+    return b"\x02" + _avro_length(len(data)) + data
+
+
+def encode_pair(key: bytes | str | None, value: bytes | str | None) -> bytes:
+    """The item encoding of a ``(key, value)`` pair (what Kafka receivers store)."""
+    return b"k" + _pair_branch(key) + _pair_branch(value)
+
+
 def encode_item(item: Any) -> bytes:
     if isinstance(item, bytes | bytearray | memoryview):
         return b"b" + bytes(item)
@@ -40,10 +78,7 @@ def encode_item(item: Any) -> bytes:
         and len(item) == 2
         and all(x is None or isinstance(x, bytes | str) for x in item)
     ):
-        buf = io.BytesIO()
-        buf.write(b"k")
-        fastavro.schemaless_writer(buf, _PAIR_SCHEMA, {"key": item[0], "value": item[1]})
-        return buf.getvalue()
+        return encode_pair(item[0], item[1])
     try:
         return b"j" + json.dumps(item, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:

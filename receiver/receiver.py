@@ -90,9 +90,13 @@ class Receiver:
         self.supervisor.push_bytes(bytes(data), metadata)
 
     def storeMany(self, items: Iterable[Any], metadata: Any = None) -> None:
-        """Store several single items through the block generator."""
-        for item in items:
-            self.supervisor.push_single(item, metadata)
+        """Store several single items through the block generator, in one block.
+
+        Cheaper per item than :meth:`store` of each (one rate-limiter and lock
+        round per call), and ``metadata`` (for example the source ranges of the
+        items) is acknowledged only together with all of them.
+        """
+        self.supervisor.push_many(list(items), metadata)
 
     def restart(self, message: str, error: BaseException | None = None) -> None:
         self.supervisor.restart_receiver(message, error)

@@ -94,6 +94,12 @@ class _SourceTracker:
         self.ranges: dict[tuple[str, int], list[int]] = {}
 
     def add(self, metadata: Any) -> None:
+        if isinstance(metadata, list | tuple) and metadata and all(
+            isinstance(m, SourceRange) for m in metadata
+        ):
+            for m in metadata:  # the ranges of a batch of items (push_many)
+                self.add(m)
+            return
         if isinstance(metadata, SourceRange):
             key = (metadata.topic, metadata.partition)
             lo, hi = metadata.from_offset, metadata.until_offset
@@ -267,6 +273,16 @@ class ReceiverSupervisor:
             self.generator.add_metadata_only(metadata)
             return
         self.generator.add_data(data, metadata)
+
+    def push_many(self, items: list[Any], metadata: Any = None) -> None:
+        """Items that go through the block generator together, into one block.
+
+        ``metadata`` (for example the source ranges the items came from, skipped bad
+        records included) is attached to that block, so the positions are
+        acknowledged only when every item of the batch is stored and reported.
+        """
+        encoded = [d for d in (self._encode(i) for i in items) if d is not None]
+        self.generator.add_multiple_data(encoded, metadata)
 
     def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
         failed = self.error or self.generator.failed

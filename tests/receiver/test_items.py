@@ -93,3 +93,33 @@ def test_unknown_tag_raises_bad_record_error() -> None:
         decode_item(b"zpayload")
     with pytest.raises(BadRecordError):
         decode_item(b"")
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        (None, None),
+        (b"", ""),
+        ("k", "v"),
+        (b"\x00" * 63, "x" * 64),  # the one-byte / two-byte varint length boundary
+        ("é" * 100, b"\xff" * 8191),
+        (None, "日本" * 5000),
+        (b"k", bytes(range(256)) * 600),
+    ],
+)
+def test_hand_written_pair_encoding_is_fastavros(pair: Any) -> None:
+    import io
+
+    import fastavro
+
+    from receiver.items import _PAIR_SCHEMA, encode_pair
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, _PAIR_SCHEMA, {"key": pair[0], "value": pair[1]})
+    assert encode_pair(*pair) == b"k" + buf.getvalue()
+    assert decode_item(encode_pair(*pair)) == pair
+
+
+def test_pair_string_that_is_not_utf8_is_a_bad_record() -> None:
+    with pytest.raises(BadRecordError, match="UTF-8"):
+        encode_item(("key", "lone surrogate \ud800"))

@@ -133,6 +133,23 @@ class FakeConsumer:
         time.sleep(min(timeout, 0.005))
         return None
 
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMsg]:
+        """Like librdkafka's: up to ``num_messages``; an injected exception is raised
+        at the start of a call (messages already collected are returned first)."""
+        out: list[FakeMsg] = []
+        while len(out) < num_messages:
+            with self.cluster.lock:
+                pending_exc = (bool(self.cluster.injected) and isinstance(
+                    self.cluster.injected[0], BaseException
+                )) or self.cluster.polled in self.cluster.fail_after
+            if out and pending_exc:
+                break
+            msg = self.poll(0.0 if out else timeout)
+            if msg is None:
+                break
+            out.append(msg)
+        return out
+
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
         assert not self.closed
         with self.cluster.lock:
