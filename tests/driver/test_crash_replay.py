@@ -1,12 +1,13 @@
 """SIGKILL the driver between every pair of steps; the replayed state equals the state before.
 
 Steps of a block's life: store in the receiver WAL -> log BlockAddition -> answer
-AddBlock -> allocate to a batch (logged) -> run the batch's output -> clean old
-batches. For each kill point between them, a driver process (walstream.testing.
-crash_driver) dies with SIGKILL; a new tracker replays the driver WAL and must end
-exactly in the state the dead one had, or (when it died between logging an
-event and applying it, on any thread) in that state plus exactly that one logged
-event: the log never lags memory and leads it by at most one unanswered event.
+AddBlock -> allocate to a batch (logged) -> run the batch's output -> checkpoint
+-> clean old batches (only after that checkpoint is durable). For each kill
+point between them, a driver process (walstream.testing.crash_driver) dies with
+SIGKILL; a new tracker replays the driver WAL and must end exactly in the state
+the dead one had, or (when it died between logging an event and applying it, on
+any thread) in that state plus exactly that one logged event: the log never
+lags memory and leads it by at most one unanswered event.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.files import read_latest
 from driver.events import decode_event
 from driver.received_block_tracker import ReceivedBlockTracker
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
@@ -32,6 +34,8 @@ KILL_POINTS = [
     "tracker.after_allocation_logged:4",
     "batch.during_output:4",
     "tracker.after_log_before_apply:40",  # deep in the run: cleanups happened
+    "checkpoint.mid_write:9",  # a torn checkpoint file
+    "checkpoint.after_write_before_clean:5",  # checkpoint durable, cleanup not done
 ]
 
 
@@ -79,7 +83,8 @@ def test_replay_after_sigkill_equals_the_state_before(
     env = dict(os.environ, WALSTREAM_KILL_POINT=point)
     proc = subprocess.run(
         [sys.executable, "-m", "walstream.testing.crash_driver", bootstrap, app,
-         "--state-file", str(state_file), "--seconds", "40"],
+         "--state-file", str(state_file), "--seconds", "40",
+         "--checkpoint-dir", str(tmp_path / "ckpt")],
         env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (
         f"the kill point {point} never fired (rc {proc.returncode}): {proc.stderr[-2000:]}")
@@ -92,6 +97,15 @@ def test_replay_after_sigkill_equals_the_state_before(
         # point, or on another thread at that instant): the WAL is ahead of memory
         # by events nobody was answered for yet, all among the last few records.
         assert _replay_without_some_of_the_last(bootstrap, app, before), (before, after)
+    # The newest readable checkpoint (a torn one is skipped) only names batches
+    # whose blocks the replayed WAL still holds: no cleanup ran ahead of it.
+    latest = read_latest(tmp_path / "ckpt")
+    assert latest is not None, "no checkpoint was written before the kill"
+    allocated = after["allocated"]
+    assert isinstance(allocated, dict)
+    missing = [t for t in latest.pending_times_ms if str(t) not in allocated]
+    assert not missing, (f"checkpoint {latest.checkpoint_time_ms} needs batches {missing} "
+                         f"the WAL no longer has: {sorted(allocated)}")
     # A full, real recovery (through the tracker's own replay) agrees.
     log = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver"))
     recovered = ReceivedBlockTracker([0], log)

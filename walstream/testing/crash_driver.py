@@ -5,7 +5,10 @@ ReceivedBlockTracker over a batched Kafka WAL, and a JobGenerator whose batches
 read their blocks back from the receiver WAL. After every change of tracker
 state it atomically writes ``state.to_json()`` to ``--state-file``, so a test
 that arms a kill point (``WALSTREAM_KILL_POINT``) can compare the state a
-restarted tracker replays with the state right before the SIGKILL.
+restarted tracker replays with the state right before the SIGKILL. With
+``--checkpoint-dir`` it also checkpoints as the engine does (after a batch is
+generated and after it completed) and cleans the tracker only once the
+checkpoint written after the batch's completion is durable.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from checkpoint.data import CheckpointData
+from checkpoint.files import CheckpointWriter
 from driver.events import TrackerEvent
 from driver.job_generator import JobGenerator
 from driver.job_scheduler import Job, JobScheduler
@@ -47,6 +52,7 @@ def main() -> None:
     ap.add_argument("--state-file", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--batch-ms", type=int, default=300)
+    ap.add_argument("--checkpoint-dir", type=Path)
     args = ap.parse_args()
 
     tracker = DumpingTracker(
@@ -61,11 +67,29 @@ def main() -> None:
         for info in tracker.get_blocks_of_batch_and_stream(t, 0):
             Block.decode(receiver_wal.read(info.handle))  # the batch's "output"
 
-    scheduler = JobScheduler(on_batch_completed=lambda info: jobs.on_batch_completed(info))
-    jobs = JobGenerator(tracker, args.batch_ms,
-                        lambda t: [Job(t, 0, "read", lambda: run_batch(t))], scheduler,
+    pending: set[int] = set()  # batch times generated and not completed
+    writer = CheckpointWriter(args.checkpoint_dir) if args.checkpoint_dir else None
+
+    def checkpointer(t: int, on_done: Any) -> None:
+        assert writer is not None
+        writer.write(CheckpointData(
+            checkpoint_time_ms=t, written_wall_ms=int(time.time() * 1000), app_id=args.app,
+            batch_ms=args.batch_ms, zero_time_ms=0, fingerprint="crash-driver",
+            graph_shape=("receiver",), pending_times_ms=tuple(sorted(pending))), on_done)
+
+    def generate(t: int) -> list[Job]:
+        pending.add(t)
+        return [Job(t, 0, "read", lambda: run_batch(t))]
+
+    def completed(info: Any) -> None:
+        pending.discard(info.batch_time_ms)
+        jobs.on_batch_completed(info)
+
+    scheduler = JobScheduler(on_batch_completed=completed)
+    jobs = JobGenerator(tracker, args.batch_ms, generate, scheduler,
                         cleanup=lambda t: tracker.cleanup_old_batches(t - 2 * args.batch_ms,
-                                                                      True))
+                                                                      True),
+                        checkpointer=checkpointer if writer else None)
     supervisor.start()
     jobs.start()
     time.sleep(args.seconds)
