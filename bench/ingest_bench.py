@@ -358,6 +358,18 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
                 ev["last_msg"] = now()
             return msg
 
+        def consume(self, num_messages: int, timeout: float) -> Any:
+            t1 = pc()
+            msgs = self.inner.consume(num_messages, timeout)
+            good = [m for m in msgs if m.error() is None]
+            if "first_msg" in ev:
+                sums["poll"] += pc() - t1
+            elif good:
+                ev["first_msg"] = now()
+            if good:
+                ev["last_msg"] = now()
+            return msgs
+
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)
 
@@ -376,6 +388,13 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
             super().store(data, metadata)
             sums["store"] += pc() - t1
             sums["records"] += 1
+
+        def storeMany(self, items: Any, metadata: Any = None) -> None:
+            t1 = pc()
+            batch = list(items)
+            super().storeMany(batch, metadata)
+            sums["store"] += pc() - t1
+            sums["records"] += len(batch)
 
     class TimedWal(KafkaWriteAheadLog):
         def write(self, record: bytes, time_ms: int) -> Any:

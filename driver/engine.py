@@ -102,8 +102,10 @@ class StreamingEngine:
         clear_metadata: Callable[[int], None] | None = None,
         driver_stream_ids: list[int] | None = None,
         before_allocate: Callable[[int], None] | None = None,
+        clean_driver_streams: Callable[[int], None] | None = None,
     ) -> None:
         self.sc = sc
+        self._clean_driver_streams = clean_driver_streams
         self._clear_metadata = clear_metadata
         self.config = config
         self.receivers = dict(receivers)
@@ -165,6 +167,8 @@ class StreamingEngine:
         thresh = t - max(self.config.remember_ms, self.config.batch_interval_ms)
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)
+        if self._clean_driver_streams is not None:
+            self._clean_driver_streams(thresh)
 
     # -- lifecycle ---------------------------------------------------------------
 

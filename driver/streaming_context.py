@@ -57,6 +57,12 @@ def _before_allocate(streams: list[Any], t: int) -> None:
         stream.before_allocate(t)
 
 
+def _clean_driver_streams(streams: list[Any], thresh_ms: int) -> None:
+    for stream in streams:
+        if hasattr(stream, "clean"):
+            stream.clean(thresh_ms)
+
+
 class StreamingContext:
     """PySpark's StreamingContext: ``StreamingContext(sparkContext, batchDuration)``."""
 
@@ -134,7 +140,6 @@ class StreamingContext:
         return f"{name}-{uuid.uuid4().hex[:8]}"
 
     def start(self) -> None:
-        from driver.direct_stream import DirectKafkaInputDStream
         from driver.input_streams import ReceiverInputDStream
 
         with StreamingContext._active_lock:
@@ -160,7 +165,7 @@ class StreamingContext:
             # A recovered graph keeps its original zero time: windows land on the same times.
             self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)
             cfg = EngineConfig(**{**cfg.__dict__, "remember_ms": self._graph.max_remember_ms()})
-            direct = [s for s in self._graph.streams if isinstance(s, DirectKafkaInputDStream)]
+            direct = self._driver_streams()
             checkpointer = None
             if self._checkpoint_dir is not None:
                 from checkpoint.files import CheckpointWriter
@@ -175,7 +180,8 @@ class StreamingContext:
                 self._sc, cfg, receivers, self._graph.generate_jobs,
                 clear_metadata=self._graph.clear_metadata, checkpointer=checkpointer,
                 driver_stream_ids=[d.stream_id for d in direct],
-                before_allocate=functools.partial(_before_allocate, direct))
+                before_allocate=functools.partial(_before_allocate, direct),
+                clean_driver_streams=functools.partial(_clean_driver_streams, direct))
             for listener in self._listeners:
                 self._engine.add_listener(listener)
             resubmit: list[int] = []
@@ -232,15 +238,20 @@ class StreamingContext:
                 if stopSparkContext:
                     self._sc.stop()
 
-    def _close_direct_streams(self) -> None:
+    def _driver_streams(self) -> list[Any]:
+        """Inputs whose batches the driver decides and logs itself (direct Kafka, files)."""
         from driver.direct_stream import DirectKafkaInputDStream
+        from driver.file_stream import FileInputDStream
 
-        for stream in self._graph.streams:
-            if isinstance(stream, DirectKafkaInputDStream):
-                try:
-                    stream.close()
-                except Exception:
-                    log.exception("closing the Kafka consumer of %r failed", stream)
+        return [s for s in self._graph.streams
+                if isinstance(s, DirectKafkaInputDStream | FileInputDStream)]
+
+    def _close_direct_streams(self) -> None:
+        for stream in self._driver_streams():
+            try:
+                stream.close()
+            except Exception:
+                log.exception("closing the Kafka clients of %r failed", stream)
 
     def remember(self, duration: float) -> None:
         self._graph.remember_ms = to_ms(duration, "remember duration")
@@ -272,12 +283,12 @@ class StreamingContext:
         return self.receiverStream(SocketTextReceiver(hostname, port))
 
     def textFileStream(self, directory: str) -> DStream:  # noqa: N802
-        from driver.input_streams import FileInputDStream
+        from driver.file_stream import FileInputDStream
 
         return FileInputDStream(self, directory)
 
     def binaryRecordsStream(self, directory: str, recordLength: int) -> DStream:  # noqa: N802, N803
-        from driver.input_streams import FileInputDStream
+        from driver.file_stream import FileInputDStream
 
         if recordLength <= 0:
             raise ConfigError("recordLength must be positive")

@@ -603,3 +603,53 @@ def test_kafka_create_direct_stream_word_count(ssc: StreamingContext, bootstrap:
     totals = _run_word_count(ssc, _word_counts(stream.map(lambda kv: kv[1])), _expected(lines))
     assert totals == _expected(lines)
     assert sorted(keys, key=int) == [str(i) for i in range(len(lines))]
+
+
+def test_file_stream_after_restart_reads_only_new_files(
+        make_ssc: Callable[..., StreamingContext], tmp_path: Any) -> None:
+    """Each batch's file list is logged (driver/file_stream.py): after a restart with
+    getOrCreate, a re-run of a batch that was pending reads exactly the files its first
+    run read, and no file lands in two different batches: neither the files present at
+    the first start nor the ones earlier batches read; files that arrived while the
+    driver was down are read once."""
+    inputd, cpd = str(tmp_path / "in"), str(tmp_path / "cp")
+    os.makedirs(inputd)
+    _write_atomically(inputd, "present-at-first-start", b"-1\n")
+    runs: list[tuple[datetime.datetime, list[int]]] = []  # (batch time, its values)
+
+    def record(t: datetime.datetime, rdd: Any) -> None:
+        values = sorted(rdd.collect())
+        if values:
+            runs.append((t, values))
+
+    def setup() -> StreamingContext:
+        ssc = make_ssc(BATCH)
+        ssc.checkpoint(cpd)
+        ssc.textFileStream(inputd).map(int).foreachRDD(record)
+        return ssc
+
+    def values() -> list[int]:
+        return sorted(v for _, vs in dict(runs).items() for v in vs)
+
+    ssc = StreamingContext.getOrCreate(cpd, setup)
+    ssc.start()
+    time.sleep(1)
+    _write_atomically(inputd, "a", b"1\n2\n")
+    wait_until(lambda: values() == [1, 2], "file a read", ssc=ssc)
+    ssc.stop(False)
+    _write_atomically(inputd, "b-while-down", b"3\n")
+
+    ssc = StreamingContext.getOrCreate(cpd, setup)
+    ssc.start()
+    try:
+        wait_until(lambda: 3 in values(), "the file written while down read", ssc=ssc)
+        time.sleep(1)
+        _write_atomically(inputd, "c", b"4\n")
+        wait_until(lambda: 4 in values(), "a new file read", ssc=ssc)
+        time.sleep(3 * BATCH)
+    finally:
+        ssc.stop(False)
+    by_time: dict[datetime.datetime, list[int]] = {}
+    for t, vs in runs:  # a re-run batch must read what its first run read
+        assert by_time.setdefault(t, vs) == vs, (t, by_time[t], vs)
+    assert values() == [1, 2, 3, 4]  # each file in exactly one batch, none lost
