@@ -1,10 +1,13 @@
-"""What a checkpoint holds: the data part, in a versioned Avro schema.
+"""What a checkpoint holds: a data part in a versioned Avro schema, and the graph.
 
-It holds no user code: stream ids and kinds (the graph's shape and fingerprint),
-pending batch times, the reliable-checkpoint files of state RDDs, and the conf.
-The graph itself is rebuilt from the user's setup code and checked against the
-fingerprint (see :mod:`checkpoint.recovery`), so a checkpoint stays readable
-across releases and compatible code changes.
+The data part holds no user code: stream ids and kinds (the graph's shape and
+fingerprint), pending batch times, the reliable-checkpoint files of state RDDs,
+and the conf; it stays readable across releases and code changes. Next to it,
+``graph`` holds the DStream graph with the user's functions, pickled with
+PySpark's cloudpickle (``checkpoint.graph_pickle``), opaque to the data part: it
+is what ``getOrCreate`` restores without calling ``setupFunc``. It is empty
+(None) when the graph could not be pickled (a warning says why); schema
+version 1 files (before the graph part) read as None too.
 """
 
 from __future__ import annotations
@@ -38,7 +41,13 @@ SCHEMA_V1: dict[str, Any] = {
         {"name": "conf", "type": {"type": "map", "values": "string"}},
     ],
 }
-CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1})
+SCHEMA_V2: dict[str, Any] = {
+    **SCHEMA_V1,
+    "namespace": "walstream.checkpoint.v2",
+    "fields": [*SCHEMA_V1["fields"], {"name": "graph", "type": ["null", "bytes"],
+                                      "default": None}],
+}
+CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1, 2: SCHEMA_V2})
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,7 @@ class CheckpointData:
     pending_times_ms: tuple[int, ...]
     state_rdds: tuple[StateRdd, ...] = ()
     conf: dict[str, str] = field(default_factory=dict)
+    graph: bytes | None = field(default=None, repr=False)
 
     def encode(self) -> bytes:
         body = CODEC.encode({
@@ -74,6 +84,7 @@ class CheckpointData:
             "state_rdds": [{"stream": s.stream, "time_ms": s.time_ms, "path": s.path}
                            for s in self.state_rdds],
             "conf": dict(self.conf),
+            "graph": self.graph,
         })
         # A CRC of the whole body: a torn or bit-flipped file fails before decoding.
         return body + zlib.crc32(body).to_bytes(4, "big")
@@ -94,4 +105,4 @@ class CheckpointData:
             d["zero_time_ms"], d["fingerprint"], tuple(d["graph_shape"]),
             tuple(d["pending_times_ms"]),
             tuple(StateRdd(s["stream"], s["time_ms"], s["path"]) for s in d["state_rdds"]),
-            dict(d["conf"]))
+            dict(d["conf"]), d.get("graph"))

@@ -19,3 +19,7 @@ class CheckpointWriteError(CheckpointError):
 
 class IncompatibleGraphError(CheckpointError):
     """The setup code builds a graph the checkpoint cannot be restored into."""
+
+
+class GraphLoadError(CheckpointError):
+    """The checkpoint's pickled DStream graph cannot be loaded (changed or missing code)."""

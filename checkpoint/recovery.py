@@ -3,11 +3,16 @@
 Recovery protocol for ``get_or_create(dir, setup)`` when ``dir`` has a valid
 checkpoint (newest that reads; corrupt ones are skipped with a warning):
 
-1. ``setup()`` builds the graph from the user's code (the graph is never
-   unpickled, so a compatible code change restarts fine); its fingerprint must
-   equal the checkpoint's, else :class:`IncompatibleGraphError` names the
-   difference -- unless ``spark.walstream.recovery.upgrade=true``, which accepts
-   a graph with the same input and stateful streams.
+1. The graph is unpickled from the checkpoint (PySpark's semantics: ``setup``
+   is not called) into a context on the running SparkContext, or on a new one
+   made from the checkpoint's conf with the new environment's master, driver
+   host and ports. Code that changed so that the graph no longer loads gives a
+   :class:`GraphLoadError` saying how to proceed. In upgrade mode
+   (``spark.walstream.recovery.upgrade=true``), and when the checkpoint holds
+   no graph (it could not be pickled), ``setup()`` builds the graph instead and
+   its fingerprint must equal the checkpoint's, else
+   :class:`IncompatibleGraphError` names the difference; upgrade mode accepts a
+   graph with the same input and stateful streams.
 2. On ``start()``: the engine replays the driver WAL (block queues, allocations);
    state RDDs are reloaded from their reliable checkpoint files; the zero time
    is the original one, so windows land on the same times.
@@ -43,6 +48,23 @@ UPGRADE_KEY = "spark.walstream.recovery.upgrade"
 def get_or_create(checkpoint_path: str,
                   setup: Callable[[], StreamingContext]) -> StreamingContext:
     data = read_latest(Path(checkpoint_path))
+    if data is None:
+        return _from_setup(checkpoint_path, setup)
+    if data.graph is not None and not upgrade_requested(data):
+        ssc = _restore(checkpoint_path, data)
+    else:
+        if data.graph is None:
+            log.warning("checkpoint %d holds no graph (it could not be pickled when written): "
+                        "rebuilding it with setupFunc", data.checkpoint_time_ms)
+        ssc = _from_setup(checkpoint_path, setup)
+        check_compatible(ssc, data)
+    ssc._recovered = data
+    log.info("recovering from checkpoint %d (%d pending batches)", data.checkpoint_time_ms,
+             len(data.pending_times_ms))
+    return ssc
+
+
+def _from_setup(checkpoint_path: str, setup: Callable[[], StreamingContext]) -> StreamingContext:
     ssc = setup()
     if ssc is None or not hasattr(ssc, "_graph"):
         raise CheckpointError("setupFunc must return a StreamingContext")
@@ -52,12 +74,63 @@ def get_or_create(checkpoint_path: str,
         raise CheckpointError(
             f"setupFunc set checkpoint directory {ssc._checkpoint_dir!r}, but getOrCreate "
             f"was given {checkpoint_path!r}: they must be the same")
-    if data is None:
-        return ssc
-    check_compatible(ssc, data)
-    ssc._recovered = data
-    log.info("recovering from checkpoint %d (%d pending batches)", data.checkpoint_time_ms,
-             len(data.pending_times_ms))
+    return ssc
+
+
+def upgrade_requested(data: CheckpointData) -> bool:
+    """Upgrade mode: the running SparkContext's conf, else the environment (a
+    ``--conf`` of spark-submit, or ``WALSTREAM_RECOVERY_UPGRADE``)."""
+    from pyspark import SparkConf, SparkContext
+
+    value = os.environ.get("WALSTREAM_RECOVERY_UPGRADE")
+    sc = SparkContext._active_spark_context
+    if sc is not None:
+        value = sc.getConf().get(UPGRADE_KEY, value)
+    elif SparkContext._jvm is not None:
+        value = SparkConf().get(UPGRADE_KEY, value)
+    return str(value).lower() == "true"
+
+
+# Taken from the restarting environment, not the checkpoint (Spark's
+# Checkpoint.createSparkConf reloads the same properties).
+RELOADED_CONF = ("spark.master", "spark.driver.host", "spark.driver.bindAddress",
+                 "spark.driver.port", "spark.ui.port", "spark.yarn.app.id",
+                 "spark.yarn.app.attemptId", "spark.kerberos.keytab",
+                 "spark.kerberos.principal")
+DROPPED_CONF = ("spark.app.id", "spark.app.startTime", "spark.app.submitTime")
+
+
+def recovered_conf(saved: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    """The SparkConf of a restored context: the checkpoint's, with the new
+    environment's master, driver host and ports (conf recovery picks up a new master)."""
+    out = {k: v for k, v in saved.items() if k not in DROPPED_CONF}
+    out.update({k: new[k] for k in RELOADED_CONF if k in new})
+    return out
+
+
+def _restore(checkpoint_path: str, data: CheckpointData) -> StreamingContext:
+    """PySpark's getOrCreate with a checkpoint: no setupFunc; the SparkContext is the
+    running one, else a new one from the checkpoint's conf (new master, host, ports)."""
+    from pyspark import SparkConf, SparkContext
+
+    from checkpoint.graph_pickle import loads_graph
+    from driver.streaming_context import StreamingContext
+
+    assert data.graph is not None
+    graph = loads_graph(data.graph)  # before any SparkContext: fail fast, say why
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        from driver.spark import spark_environment
+
+        spark_environment()
+        SparkContext._ensure_initialized()  # the gateway, so SparkConf() reads the new env
+        new = dict(SparkConf().getAll())
+        conf = SparkConf(loadDefaults=False).setAll(
+            list(recovered_conf(data.conf, new).items()))
+        sc = SparkContext(conf=conf)
+    ssc = StreamingContext(sc, data.batch_ms / 1000)
+    ssc._adopt_graph(graph)
+    ssc.checkpoint(checkpoint_path)
     return ssc
 
 
@@ -142,7 +215,8 @@ def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> Check
         fingerprint=ssc._graph.fingerprint(),
         graph_shape=tuple(s._fingerprint() for s in ssc._graph.streams),
         pending_times_ms=tuple(sorted(pending)), state_rdds=tuple(state),
-        conf={k: v for k, v in ssc._conf().items() if not k.startswith("spark.driver.")})
+        conf={k: v for k, v in ssc._conf().items() if not k.startswith("spark.driver.")},
+        graph=ssc._pickled_graph())
 
 
 def _checkpointed(rdd: Any) -> bool:

@@ -78,6 +78,11 @@ class DirectKafkaInputDStream(DStream):
         self._positions: dict[tuple[str, int], int] | None = None
         self._consumer: Consumer | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_consumer=None, _positions=None)  # positions: from the tracker
+        return state
+
     def _probe(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer({"bootstrap.servers": self.bootstrap,

@@ -61,6 +61,16 @@ class DStream:
         self._zero_ms: int | None = None
         self._id = ssc._graph.register(self)
 
+    # -- checkpointing of the graph (checkpoint.graph_pickle) ---------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The context belongs to the process; generated RDDs cannot leave it (state
+        # RDDs come back from their reliable checkpoint files).
+        state = self.__dict__.copy()
+        state["_ssc"] = None
+        state["_generated"] = {}
+        return state
+
     # -- engine side -------------------------------------------------------------
 
     def compute(self, t: int) -> Any:

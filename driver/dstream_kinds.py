@@ -138,6 +138,13 @@ class StateDStream(DStream):
     def _set_remember(self, ms: int) -> None:
         super()._set_remember(max(ms, self._slide_ms))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # initialRDD seeds the first batch only; a restored graph gets its state
+        # from the checkpointed state RDDs instead (and an RDD cannot be pickled).
+        state = super().__getstate__()
+        state["_initial"] = None
+        return state
+
     def compute(self, t: int) -> Any:
         prev_t = t - self._slide_ms
         prev = self.get_or_compute(prev_t) if self._valid(prev_t) else self._initial

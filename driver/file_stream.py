@@ -72,6 +72,11 @@ class FileInputDStream(DStream):
         self._initial: set[str] = set()
         self._wal: KafkaWriteAheadLog | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_wal=None, _selected=None)  # rebuilt from the tracker (step 4)
+        return state
+
     # -- directory -----------------------------------------------------------------
 
     def _candidates(self) -> list[tuple[int, str]]:

@@ -51,3 +51,9 @@ class QueueInputDStream(DStream):
             self.queue.clear()
             return sc.union(rdds)
         return self.default if self.default is not None else sc.emptyRDD()
+
+    def __getstate__(self) -> dict[str, Any]:
+        import pickle
+
+        raise pickle.PicklingError("queueStream doesn't support checkpointing: its RDDs "
+                                   "live only in this driver")

@@ -83,6 +83,27 @@ class StreamingContext:
         self._receiver_count = 0
         self._recovered: Any = None  # CheckpointData when getOrCreate found a checkpoint
         self._checkpoint_writer: Any = None
+        self._graph_bytes: bytes | bool | None = False  # False: not pickled yet
+
+    def _pickled_graph(self) -> bytes | None:
+        """The graph for checkpoints, pickled once: after start it no longer changes
+        (generated RDDs are not part of it)."""
+        if self._graph_bytes is False:
+            from checkpoint.graph_pickle import dumps_graph
+
+            self._graph_bytes = dumps_graph(self._graph)
+        return self._graph_bytes if isinstance(self._graph_bytes, bytes) else None
+
+    def _adopt_graph(self, graph: DStreamGraph) -> None:
+        """Take a graph restored from a checkpoint as this context's own."""
+        if graph.batch_ms != self._batch_ms:
+            raise ConfigError(f"the graph's batch duration {graph.batch_ms} ms is not the "
+                              f"context's {self._batch_ms} ms")
+        for stream in graph.streams:
+            stream._ssc = self
+        self._graph = graph
+        ids = [int(s.stream_id) for s in graph.streams if hasattr(s, "stream_id")]
+        self._receiver_count = max(ids, default=-1) + 1
 
     # -- context management --------------------------------------------------------
 

@@ -21,9 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _start(ckpt: Path, out: Path, bootstrap: str, total: int,
-           kill_point: str = "") -> subprocess.Popen[bytes]:
+           kill_point: str = "", master: str = "") -> subprocess.Popen[bytes]:
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    if master:  # as spark-submit --master would: a new environment's master
+        env["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
     env.pop("WALSTREAM_KILL_POINT", None)
     if kill_point:
         env["WALSTREAM_KILL_POINT"] = kill_point
@@ -69,8 +72,12 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
         before = sum(json.loads((out / "totals.json").read_text()).values())
         assert before < sum(expected.values())
         _check_inspect(ckpt, bootstrap)
-        proc = _start(ckpt, out, bootstrap, total)
+        assert json.loads((out / "master.json").read_text()) == "local[3]"
+        # Restored from the checkpoint's pickled graph (setupFunc, which would set
+        # local[3], is not called): the new environment's master is taken.
+        proc = _start(ckpt, out, bootstrap, total, master="local[2]")
         _wait(lambda: (out / "done").exists(), 180, "the restarted run to finish", log)
+        assert json.loads((out / "master.json").read_text()) == "local[2]"
         time.sleep(2)  # a batch or two more: totals must not move past the truth
     finally:
         _kill_group(proc)

@@ -4,11 +4,13 @@ that need no recovery; plus the receiver and Kafka inputs end to end on a real b
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import socket
 import struct
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -605,6 +607,24 @@ def test_kafka_create_direct_stream_word_count(ssc: StreamingContext, bootstrap:
     assert sorted(keys, key=int) == [str(i) for i in range(len(lines))]
 
 
+def _record_batch(outd: str, t: datetime.datetime, rdd: Any) -> None:
+    """An output that survives the graph being pickled into a checkpoint: one JSON
+    file per run of a batch (a re-run writes another), like PySpark's own tests."""
+    values = sorted(rdd.collect())
+    if values:
+        name = f"{int(t.timestamp() * 1000)}-{uuid.uuid4().hex[:8]}.json"
+        with open(os.path.join(outd, name), "w") as f:
+            json.dump(values, f)
+
+
+def _recorded(outd: str) -> list[tuple[int, list[int]]]:
+    out = []
+    for name in sorted(os.listdir(outd)):
+        with open(os.path.join(outd, name)) as f:
+            out.append((int(name.split("-")[0]), json.load(f)))
+    return out
+
+
 def test_file_stream_after_restart_reads_only_new_files(
         make_ssc: Callable[..., StreamingContext], tmp_path: Any) -> None:
     """Each batch's file list is logged (driver/file_stream.py): after a restart with
@@ -612,24 +632,22 @@ def test_file_stream_after_restart_reads_only_new_files(
     run read, and no file lands in two different batches: neither the files present at
     the first start nor the ones earlier batches read; files that arrived while the
     driver was down are read once."""
-    inputd, cpd = str(tmp_path / "in"), str(tmp_path / "cp")
+    inputd, cpd, outd = str(tmp_path / "in"), str(tmp_path / "cp"), str(tmp_path / "out")
     os.makedirs(inputd)
+    os.makedirs(outd)
     _write_atomically(inputd, "present-at-first-start", b"-1\n")
-    runs: list[tuple[datetime.datetime, list[int]]] = []  # (batch time, its values)
-
-    def record(t: datetime.datetime, rdd: Any) -> None:
-        values = sorted(rdd.collect())
-        if values:
-            runs.append((t, values))
+    calls: list[int] = []
 
     def setup() -> StreamingContext:
+        calls.append(1)
         ssc = make_ssc(BATCH)
         ssc.checkpoint(cpd)
-        ssc.textFileStream(inputd).map(int).foreachRDD(record)
+        ssc.textFileStream(inputd).map(int).foreachRDD(
+            lambda t, rdd: _record_batch(outd, t, rdd))
         return ssc
 
     def values() -> list[int]:
-        return sorted(v for _, vs in dict(runs).items() for v in vs)
+        return sorted(v for vs in dict(_recorded(outd)).values() for v in vs)
 
     ssc = StreamingContext.getOrCreate(cpd, setup)
     ssc.start()
@@ -640,6 +658,7 @@ def test_file_stream_after_restart_reads_only_new_files(
     _write_atomically(inputd, "b-while-down", b"3\n")
 
     ssc = StreamingContext.getOrCreate(cpd, setup)
+    assert calls == [1], "restored from the checkpoint's graph: setupFunc is not called"
     ssc.start()
     try:
         wait_until(lambda: 3 in values(), "the file written while down read", ssc=ssc)
@@ -649,7 +668,7 @@ def test_file_stream_after_restart_reads_only_new_files(
         time.sleep(3 * BATCH)
     finally:
         ssc.stop(False)
-    by_time: dict[datetime.datetime, list[int]] = {}
-    for t, vs in runs:  # a re-run batch must read what its first run read
+    by_time: dict[int, list[int]] = {}
+    for t, vs in _recorded(outd):  # a re-run batch must read what its first run read
         assert by_time.setdefault(t, vs) == vs, (t, by_time[t], vs)
     assert values() == [1, 2, 3, 4]  # each file in exactly one batch, none lost

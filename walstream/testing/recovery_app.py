@@ -90,6 +90,7 @@ def main() -> None:
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
+    _write(args.out / "master.json", ssc.sparkContext.master)  # conf recovery: new master
     ssc.start()
     ssc.awaitTermination()
 
