@@ -6,8 +6,10 @@ Port a PySpark streaming app by changing its imports:
 """
 
 from driver.dstream import DStream
+from driver.kafka_sink import KafkaSink, read_exactly_once
 from driver.kafka_utils import KafkaUtils
 from driver.listener import StreamingListener
 from driver.streaming_context import StreamingContext
 
-__all__ = ["DStream", "KafkaUtils", "StreamingContext", "StreamingListener"]
+__all__ = ["DStream", "KafkaSink", "KafkaUtils", "StreamingContext", "StreamingListener",
+           "read_exactly_once"]

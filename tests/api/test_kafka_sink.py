@@ -1,0 +1,66 @@
+"""KafkaSink + read_exactly_once: a re-run batch replaces its output, never adds to it."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Producer
+
+from driver import KafkaSink, read_exactly_once
+from driver.kafka_sink import H_ATTEMPT, H_BATCH, H_PART, H_SEQ
+
+T1 = datetime.datetime(2026, 11, 22, 5, 0, 1)
+T2 = datetime.datetime(2026, 11, 22, 5, 0, 2)
+
+
+def _ms(t: datetime.datetime) -> int:
+    return round(t.timestamp() * 1000)
+
+
+def test_rerun_and_torn_attempt_are_read_once(sc: Any, bootstrap: str,
+                                              topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("sink", partitions=2)
+    sink = KafkaSink(bootstrap, topic, partitions=2)
+    rdd = sc.parallelize([f"w{i}" for i in range(100)], 4)
+    sink(T1, rdd)
+    # A task of a first run that died after some records, before its commit marker:
+    torn = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for seq in range(7):
+        torn.produce(topic, f"w{seq}".encode(), partition=0, headers=[
+            (H_BATCH, str(_ms(T1)).encode()), (H_PART, b"0"), (H_ATTEMPT, b"dead"),
+            (H_SEQ, str(seq).encode())])
+    assert torn.flush(30) == 0
+    sink(T1, rdd)  # the batch re-run after recovery writes everything again
+    sink(T2, sc.parallelize(["x", "y"], 1))
+    got = list(read_exactly_once(bootstrap, topic))
+    per_batch = Counter(b for b, _, _ in got)
+    assert per_batch == {_ms(T1): 100, _ms(T2): 2}
+    values = Counter(v for _, _, v in got)
+    assert values == Counter([f"w{i}".encode() for i in range(100)] + [b"x", b"y"])
+
+
+def test_keys_and_values_by_function(sc: Any, bootstrap: str,
+                                     topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("sink-kv")
+    sink = KafkaSink(bootstrap, topic, key=lambda kv: kv[0], value=lambda kv: {"n": kv[1]})
+    sink(T1, sc.parallelize([("a", 1), ("b", 2)], 2))
+    got = sorted((k, v) for _, k, v in read_exactly_once(bootstrap, topic))
+    assert got == [(b"a", b'{"n":1}'), (b"b", b'{"n":2}')]
+
+
+def test_foreach_rdd_output_of_a_stream(make_ssc: Callable[..., Any], bootstrap: str,
+                                        topic_factory: Callable[..., str]) -> None:
+    from tests.api.helpers import wait_until
+
+    topic = topic_factory("sink-stream")
+    ssc = make_ssc(0.5)
+    rdds = [ssc.sparkContext.parallelize(range(10 * i, 10 * i + 10), 2) for i in range(3)]
+    ssc.queueStream(rdds).map(str).foreachRDD(KafkaSink(bootstrap, topic))
+    ssc.start()
+    wait_until(lambda: len(list(read_exactly_once(bootstrap, topic))) == 30, "30 records",
+               ssc=ssc)
+    ssc.stop(False)
+    assert sorted(int(v) for _, _, v in read_exactly_once(bootstrap, topic)) == list(range(30))
