@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _start(ckpt: Path, out: Path, bootstrap: str, total: int,
-           kill_point: str = "", master: str = "") -> subprocess.Popen[bytes]:
+           kill_point: str = "", master: str = "", window: int = 0) -> subprocess.Popen[bytes]:
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("PYSPARK_SUBMIT_ARGS", None)
@@ -32,7 +32,7 @@ def _start(ckpt: Path, out: Path, bootstrap: str, total: int,
         env["WALSTREAM_KILL_POINT"] = kill_point
     return subprocess.Popen(
         [sys.executable, "-m", "walstream.testing.recovery_app", str(ckpt), str(out),
-         "--total", str(total), "--rate", "800"],
+         "--total", str(total), "--rate", "800", "--window", str(window)],
         env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(out.parent / "app.log", "ab"),
         start_new_session=True)
 
@@ -59,7 +59,7 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
     out.mkdir()
     log = tmp_path / "app.log"
     expected = expected_counts(11, total)
-    proc = _start(ckpt, out, bootstrap, total)
+    proc = _start(ckpt, out, bootstrap, total, window=WINDOW)
     try:
         # Let it checkpoint and process part of the stream, then kill it mid-run.
         # Wait for a reliable checkpoint of the state RDD, so recovery restores it.
@@ -75,7 +75,7 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
         assert json.loads((out / "master.json").read_text()) == "local[3]"
         # Restored from the checkpoint's pickled graph (setupFunc, which would set
         # local[3], is not called): the new environment's master is taken.
-        proc = _start(ckpt, out, bootstrap, total, master="local[2]")
+        proc = _start(ckpt, out, bootstrap, total, master="local[2]", window=WINDOW)
         _wait(lambda: (out / "done").exists(), 180, "the restarted run to finish", log)
         assert json.loads((out / "master.json").read_text()) == "local[2]"
         time.sleep(2)  # a batch or two more: totals must not move past the truth
@@ -90,6 +90,28 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
     # Per-batch outputs, keyed by batch time, add up to every word exactly once.
     per_batch = [json.loads(p.read_text()) for p in out.glob("batch-*.json")]
     assert sum(per_batch) == sum(expected.values())
+    _check_windows(out)
+
+
+WINDOW = 5  # batches; >= 5 slides, so the window is updated with the inverse function
+
+
+def _check_windows(out: Path) -> None:
+    """reduceByKeyAndWindow with an inverse, across the SIGKILL: every window's count
+    equals the sum of its batches' counts (restored window state neither lost nor
+    counted twice)."""
+    batches = {int(p.stem.split("-")[1]): json.loads(p.read_text())
+               for p in out.glob("batch-*.json")}
+    windows = {int(p.stem.split("-")[1]): json.loads(p.read_text())
+               for p in out.glob("window-*.json")}
+    step = min(b - a for a, b in zip(sorted(batches), sorted(batches)[1:], strict=False))
+    checked = 0
+    for t, n in sorted(windows.items()):
+        times = [t - i * step for i in range(WINDOW)]
+        if all(x in batches for x in times):  # the first windows start before batch 1
+            assert n == sum(batches[x] for x in times), (t, n, [batches[x] for x in times])
+            checked += 1
+    assert checked >= 10, f"only {checked} complete windows to check"
 
 
 KILL_POINTS = [

@@ -42,6 +42,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--batch", type=float, default=1.0)
     ap.add_argument("--state-checkpoint", type=float, default=2.0)
+    ap.add_argument("--window", type=int, default=0,
+                    help="also reduceByKeyAndWindow with an inverse over this many "
+                         "batches, writing window-<ms>.json (word count in the window)")
     args = ap.parse_args()
     import logging
 
@@ -87,6 +90,15 @@ def main() -> None:
                 (Path(out) / "done").touch()
 
         totals.foreachRDD(save_totals)
+        if args.window:
+            windowed = words.map(lambda w: (w, 1)).reduceByKeyAndWindow(
+                lambda a, b: a + b, lambda a, b: a - b, args.window * args.batch, args.batch)
+
+            def save_window(t: Any, rdd: Any) -> None:
+                n = sum(v for _, v in rdd.collect())
+                _write(Path(out) / f"window-{int(t.timestamp() * 1000)}.json", n)
+
+            windowed.foreachRDD(save_window)
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
