@@ -6,10 +6,17 @@ Write protocol (each step before the next): (1) write ``.checkpoint-<ms>.tmp``,
 the previous checkpoints intact; the reader ignores temp files. Names carry the
 batch time, and the reader picks the newest *time*, so a late write of an older
 batch never hides a newer one (SPARK-11267 / SPARK-11740).
+
+A directory given as a URL (``s3://bucket/app``, ``gs://``, ``hdfs://``, ``memory://``
+...) goes through fsspec (with the filesystem's own package installed, e.g. s3fs):
+the same steps with the filesystem's ``pipe`` (one whole-object write: object
+stores publish it atomically) for (1)-(2) and ``mv`` for (3); step (4) has no
+equivalent there. Local paths (the default, and what the tests run) use the OS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -17,6 +24,7 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from checkpoint.data import CheckpointData
 from checkpoint.errors import CheckpointWriteError, CorruptCheckpointError
@@ -27,8 +35,38 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint-(\d{13})$")
 
 
-def checkpoint_files(directory: Path) -> list[tuple[int, Path]]:
-    """``(time_ms, path)`` of every checkpoint file, newest first; foreign files ignored."""
+def is_url(directory: str | Path) -> bool:
+    return isinstance(directory, str) and "://" in directory and \
+        not directory.startswith("file://")
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError as exc:  # pragma: no cover - a dependency of ours
+        raise CheckpointWriteError(f"checkpoint directory {url}: fsspec is needed") from exc
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise CheckpointWriteError(
+            f"checkpoint directory {url}: no filesystem for it ({exc}); install the "
+            "fsspec implementation for that scheme (s3fs, gcsfs, ...)") from exc
+    return fs, str(path).rstrip("/")
+
+
+def checkpoint_files(directory: str | Path) -> list[tuple[int, Any]]:
+    """``(time_ms, path)`` of every checkpoint file, newest first; foreign files ignored.
+    Paths are :class:`~pathlib.Path` for a local directory, URLs for an fsspec one."""
+    if is_url(directory):
+        url = str(directory).rstrip("/")
+        fs, root = _fs(url)
+        try:
+            names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
+        except FileNotFoundError:
+            return []
+        return sorted(((int(m.group(1)), f"{url}/{n}") for n in names
+                       if (m := _NAME.match(n))), reverse=True)
+    directory = Path(directory)
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -41,7 +79,35 @@ def checkpoint_files(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found, reverse=True)
 
 
-def write_checkpoint(directory: Path, data: CheckpointData, keep: int = 10) -> Path:
+def _write_remote(url: str, data: CheckpointData, keep: int) -> str:
+    fs, root = _fs(url.rstrip("/"))
+    fs.makedirs(root, exist_ok=True)
+    name = f"checkpoint-{data.checkpoint_time_ms:013d}"
+    tmp, final = f"{root}/.{name}.tmp", f"{root}/{name}"
+    kill_point("checkpoint.mid_write")
+    try:
+        fs.pipe_file(tmp, data.encode())  # steps 1-2: one whole-object write
+        fs.mv(tmp, final)  # step 3
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.rm(tmp)
+        raise
+    for _, old in checkpoint_files(url)[keep:]:  # step 5
+        fs.rm(_fs(old)[1])
+    return f"{url.rstrip('/')}/{name}"
+
+
+def _read(path: Any) -> bytes:
+    if isinstance(path, str):
+        fs, p = _fs(path)
+        return bytes(fs.cat_file(p))
+    return Path(path).read_bytes()
+
+
+def write_checkpoint(directory: str | Path, data: CheckpointData, keep: int = 10) -> Any:
+    if is_url(directory):
+        return _write_remote(str(directory), data, keep)
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"checkpoint-{data.checkpoint_time_ms:013d}"
     tmp = directory / f".checkpoint-{data.checkpoint_time_ms:013d}.tmp"
@@ -69,11 +135,11 @@ def write_checkpoint(directory: Path, data: CheckpointData, keep: int = 10) -> P
     return final
 
 
-def read_latest(directory: Path) -> CheckpointData | None:
+def read_latest(directory: str | Path) -> CheckpointData | None:
     """The newest checkpoint that reads and validates; older ones when it does not."""
     for time_ms, path in checkpoint_files(directory):
         try:
-            data = CheckpointData.decode(path.read_bytes(), str(path))
+            data = CheckpointData.decode(_read(path), str(path))
         except (OSError, CorruptCheckpointError) as exc:
             log.warning("checkpoint %s is unreadable, trying an older one: %s", path, exc)
             continue
@@ -95,7 +161,7 @@ class CheckpointWriter:
 
     def __init__(self, directory: str | Path, keep: int = 10, max_queue: int = 100,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
-        self.directory = Path(directory)
+        self.directory: str | Path = directory if is_url(directory) else Path(directory)
         self.keep = keep
         self._queue: queue.Queue[tuple[CheckpointData, Callable[[], None] | None] | None] = \
             queue.Queue(max_queue)

@@ -8,7 +8,6 @@ state a ``getOrCreate`` restart would begin from.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from checkpoint.errors import CheckpointError
@@ -20,7 +19,7 @@ def inspect_checkpoint(directory: str, bootstrap_servers: str) -> dict[str, Any]
     from driver.received_block_tracker import ReceivedBlockTracker
     from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
-    data = read_latest(Path(directory))
+    data = read_latest(directory)
     if data is None:
         raise CheckpointError(f"no valid checkpoint in {directory}")
     log = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap_servers, f"{data.app_id}-driver"))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.data import CheckpointData
@@ -47,7 +46,7 @@ UPGRADE_KEY = "spark.walstream.recovery.upgrade"
 
 def get_or_create(checkpoint_path: str,
                   setup: Callable[[], StreamingContext]) -> StreamingContext:
-    data = read_latest(Path(checkpoint_path))
+    data = read_latest(checkpoint_path)
     if data is None:
         return _from_setup(checkpoint_path, setup)
     if data.graph is not None and not upgrade_requested(data):

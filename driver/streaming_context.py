@@ -155,7 +155,9 @@ class StreamingContext:
         if conf.get(CONF_APP_ID):
             return conf[CONF_APP_ID]
         if self._checkpoint_dir:
-            digest = hashlib.sha1(os.path.abspath(self._checkpoint_dir).encode()).hexdigest()
+            where = self._checkpoint_dir if "://" in self._checkpoint_dir \
+                else os.path.abspath(self._checkpoint_dir)
+            digest = hashlib.sha1(where.encode()).hexdigest()
             return f"app-{digest[:12]}"
         name = re.sub(r"[^A-Za-z0-9._-]", "-", str(self._sc.appName))[:60] or "app"
         return f"{name}-{uuid.uuid4().hex[:8]}"
