@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test unit integration lint bench clean prereqs
+.PHONY: setup demo test unit integration lint bench chaos clean prereqs
 
 prereqs:
 	@scripts/check-prereqs.sh $(PYTHON)
@@ -45,6 +45,22 @@ bench: setup
 	$(BIN)/python -m bench.wal_bench --size full --out bench/RESULTS-wal.md
 	$(BIN)/python -m bench.ingest_bench --size full
 	$(BIN)/python -m bench.addblock_bench --out bench/RESULTS-addblock.md
+
+# The long chaos soak (the bounded version runs in `make test`). Every knob can be
+# set: make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10
+CHAOS_SEED ?= 1
+CHAOS_DRIVER_KILLS ?= 30
+CHAOS_RECEIVER_KILLS ?= 15
+CHAOS_BROKER_KILLS ?= 3
+CHAOS_RECORDS ?= 20000
+CHAOS_BROKER_DOWN_S ?= 30
+CHAOS_SUMMARY ?= chaos-summary.md
+chaos: setup
+	$(BIN)/python -m walstream.testing.chaos --mode receiver --seed $(CHAOS_SEED) \
+		--driver-kills $(CHAOS_DRIVER_KILLS) --receiver-kills $(CHAOS_RECEIVER_KILLS) \
+		--broker-kills $(CHAOS_BROKER_KILLS) --broker-down-s $(CHAOS_BROKER_DOWN_S) \
+		--records $(CHAOS_RECORDS) \
+		--summary $(CHAOS_SUMMARY)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -33,8 +33,12 @@ log = logging.getLogger(__name__)
 
 
 def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_decoder: Any,
-                ranges: Iterator[tuple[str, int, int, int]]) -> Iterator[Any]:
-    """Runs in a PySpark task: the records of ``[from, until)`` of each given range."""
+                bad: Any, ranges: Iterator[tuple[str, int, int, int]]) -> Iterator[Any]:
+    """Runs in a PySpark task: the records of ``[from, until)`` of each given range.
+
+    A record the decoders reject is skipped, logged with its position and counted
+    in the accumulator ``bad`` (the stream's ``undecodable``), as a Kafka receiver
+    skips and reports it."""
     conf = {"bootstrap.servers": bootstrap, "group.id": "walstream-direct-reader",
             "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "error", "fetch.wait.max.ms": 10}
@@ -55,7 +59,17 @@ def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_
                         raise RuntimeError(f"{topic}[{partition}] ended at {pos} < {until}")
                     raise RuntimeError(str(err))
                 pos = int(msg.offset() or 0) + 1
-                yield (key_decoder(msg.key()), value_decoder(msg.value()))
+                try:
+                    item = (key_decoder(msg.key()), value_decoder(msg.value()))
+                except Exception as exc:
+                    # The receiver's policy, in the task: report (the executor's log
+                    # and the stream's counter), skip, go on.
+                    log.warning("direct stream: undecodable record at %s[%d]@%d skipped: %s",
+                                topic, partition, pos - 1, exc)
+                    if bad is not None:
+                        bad.add(1)
+                    continue
+                yield item
     finally:
         consumer.close()
 
@@ -77,10 +91,17 @@ class DirectKafkaInputDStream(DStream):
         self.value_decoder = value_decoder
         self._positions: dict[tuple[str, int], int] | None = None
         self._consumer: Consumer | None = None
+        self._bad: Any = None  # accumulator of undecodable records skipped (this run)
+
+    @property
+    def undecodable(self) -> int:
+        """Records the decoders rejected and batches skipped, in this driver's run
+        (a re-run batch counts its records again)."""
+        return int(self._bad.value) if self._bad is not None else 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.update(_consumer=None, _positions=None)  # positions: from the tracker
+        state.update(_consumer=None, _positions=None, _bad=None)  # positions: from the tracker
         return state
 
     def _probe(self) -> Consumer:
@@ -165,6 +186,8 @@ class DirectKafkaInputDStream(DStream):
                   for r in b.source if r.until_offset > r.from_offset]
         if not ranges:
             return sc.emptyRDD()
+        if self._bad is None:
+            self._bad = sc.accumulator(0)
         reader = functools.partial(_read_range, self.bootstrap, {}, self.key_decoder,
-                                   self.value_decoder)
+                                   self.value_decoder, self._bad)
         return sc.parallelize(ranges, len(ranges)).mapPartitions(reader)

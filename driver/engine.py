@@ -15,7 +15,9 @@ endpoint and close the WAL. Ungraceful: skip (2) and (3).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +38,20 @@ from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+RECOVERED_STATE_ENV = "WALSTREAM_RECOVERED_STATE_FILE"
+
+
+def _dump_recovered_state(tracker: ReceivedBlockTracker) -> None:
+    """For chaos tests: the tracker state right after the replay, before any batch,
+    written to ``$WALSTREAM_RECOVERED_STATE_FILE`` when set (compared with what
+    ``walstream inspect`` printed for the dead driver)."""
+    path = os.environ.get(RECOVERED_STATE_ENV)
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(tracker.state().to_json(), f, sort_keys=True)
+        os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,7 @@ class StreamingEngine:
         # Replays the driver WAL: a restarted driver gets its queues back here.
         self.tracker = ReceivedBlockTracker(
             sorted([*receivers, *(driver_stream_ids or [])]), self.driver_wal)
+        _dump_recovered_state(self.tracker)
         self.receiver_tracker = ReceiverTracker(
             self.tracker, sorted(receivers), config.endpoint_host, config.endpoint_port,
             listener=self._on_receiver_event)

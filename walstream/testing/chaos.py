@@ -1,0 +1,534 @@
+"""Chaos harness: kill drivers, receivers and the broker; prove exactly-once results.
+
+``python -m walstream.testing.chaos [--mode receiver|direct] [--seed S]
+[--driver-kills N] [--receiver-kills N] [--broker-kills N] [--kill-points]
+[--records N] [--rate R] [--summary FILE]``
+
+Protocol of one run (every random choice from ``--seed``, printed, so a failing
+run can be replayed):
+
+1. Start a durable embedded broker of its own (S3-backed Tansu: a SIGKILL of
+   the broker loses no acknowledged record), or use ``KAFKA_BOOTSTRAP_SERVERS``
+   (then no broker kills).
+2. A feeder thread writes ``--records`` seeded lines (``v1|<words>``) to the
+   source topic at ``--rate``, mixed with bad records (undecodable bytes, an
+   unknown schema version, oversize values); expected word counts come from
+   the good records whose delivery was acknowledged.
+3. The application (:mod:`walstream.testing.chaos_app`) runs as its own process
+   group. Faults, in a seeded order and at seeded times while data flows:
+   SIGKILL of the whole driver group (Python, JVM, workers) then a restart with
+   ``getOrCreate``; SIGKILL of a receiver's worker process (the driver
+   relaunches it); SIGKILL of the broker, down for ``--broker-down-s``, then
+   restarted; with ``--kill-points``, one run per named kill point (the process
+   dies there by itself, armed through ``WALSTREAM_KILL_POINT``).
+4. After every driver death: ``walstream inspect`` of the dead driver's state,
+   compared with the state the restarted driver recovers (it writes it to
+   ``WALSTREAM_RECOVERED_STATE_FILE`` before its first batch).
+5. When the totals reach the input, a few more batches run, the app is killed,
+   and the verifier reads the outputs: the exactly-once Kafka output
+   (:func:`driver.read_exactly_once`) summed per word, the checkpointed totals,
+   and ``saveAsTextFiles`` per batch, which must equal the Kafka output of the
+   same batch time. Lost and duplicated word counts must both be 0; every bad
+   record must have been reported.
+6. Every process started is stopped, also when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from receiver.rate_receiver import generated_line
+from walstream import broker, procs
+from walstream.testing.chaos_app import MAX_VALUE_BYTES
+
+ROOT = Path(__file__).resolve().parents[2]
+KILL_POINTS = (
+    "receiver.after_store_before_report",
+    "tracker.after_add_block_before_answer",
+    "tracker.after_allocation_logged",
+    "checkpoint.mid_write",
+    "checkpoint.after_write_before_clean",
+    "batch.during_output",
+)
+RECEIVER_ONLY_POINTS = {"receiver.after_store_before_report",
+                        "tracker.after_add_block_before_answer"}
+
+
+@dataclass
+class ChaosConfig:
+    mode: str = "receiver"
+    seed: int = 1
+    driver_kills: int = 5
+    receiver_kills: int = 5
+    broker_kills: int = 1
+    kill_points: tuple[str, ...] = KILL_POINTS  # each once (receiver-only ones skipped in direct)
+    records: int = 6000
+    rate: float = 0.0  # records/s; 0: spread the records over the planned faults
+    bad_every: int = 500  # one bad record per this many good ones
+    broker_down_s: float = 10.0
+    fault_gap_s: tuple[float, float] = (4.0, 9.0)
+    timeout_s: float = 900.0
+    workdir: Path | None = None
+
+
+@dataclass
+class ChaosResult:
+    config: ChaosConfig
+    kills: Counter[str] = field(default_factory=Counter)
+    records_in: int = 0
+    bad_in: int = 0
+    words_in: int = 0
+    words_out: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    bad_reported: int = 0
+    recoveries_s: list[float] = field(default_factory=list)
+    rss_mib: list[float] = field(default_factory=list)
+    batches: int = 0
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.lost == 0 and self.duplicated == 0
+
+    def table(self) -> str:
+        rows = [
+            ("mode / seed", f"{self.config.mode} / {self.config.seed}"),
+            ("driver kills (SIGKILL of the group)", str(self.kills["driver"])),
+            ("kill-point deaths", str(self.kills["kill_point"])),
+            ("receiver worker kills", str(self.kills["receiver"])),
+            ("broker kills", str(self.kills["broker"])),
+            ("records in (good / bad)", f"{self.records_in} / {self.bad_in}"),
+            ("words in / words out", f"{self.words_in} / {self.words_out}"),
+            ("lost / duplicated", f"{self.lost} / {self.duplicated}"),
+            ("bad records reported", f"{self.bad_reported} of {self.bad_in}"),
+            ("batches output", str(self.batches)),
+            ("longest recovery (restart -> first batch)",
+             f"{max(self.recoveries_s, default=0.0):.1f} s"),
+            ("driver RSS at start / end", " / ".join(f"{r:.0f} MiB" for r in self.rss_mib[:1]
+                                                     + self.rss_mib[-1:])),
+            ("wall time", f"{self.seconds:.0f} s"),
+            ("result", "PASS" if self.ok else "FAIL: " + "; ".join(self.problems)),
+        ]
+        return "\n".join(["| | |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows])
+
+
+def log(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- input -------------------------------------------------------------------------------
+
+
+def _bad_record(rng: random.Random, i: int) -> bytes:
+    kind = i % 3
+    if kind == 0:
+        return b"v1|" + bytes(rng.randrange(0x80, 0x100) for _ in range(12))  # not UTF-8
+    if kind == 1:
+        return b"v7|" + generated_line(rng.randrange(1000), i).encode()  # unknown version
+    return b"v1|" + b"oversize " * (MAX_VALUE_BYTES // 9 + 10)  # too large
+
+
+class Feeder(threading.Thread):
+    """Step 2: seeded source records at a fixed rate; counts what was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, cfg: ChaosConfig) -> None:
+        super().__init__(name="chaos-feeder", daemon=True)
+        self.bootstrap, self.topic, self.cfg = bootstrap, topic, cfg
+        self.expected: Counter[str] = Counter()
+        self.good = self.bad = 0
+        self.failed: list[str] = []
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5,
+                             "delivery.timeout.ms": 300_000,
+                             "message.max.bytes": 2 * MAX_VALUE_BYTES + 65536})
+        rng = random.Random(self.cfg.seed)
+        start = time.monotonic()
+        n_bad = 0
+        try:
+            for i in range(self.cfg.records):
+                line = generated_line(self.cfg.seed, i)
+                producer.produce(self.topic, b"v1|" + line.encode(),
+                                 on_delivery=self._delivered(line))
+                if i % self.cfg.bad_every == self.cfg.bad_every // 2:
+                    producer.produce(self.topic, _bad_record(rng, n_bad),
+                                     on_delivery=self._delivered(None))
+                    n_bad += 1
+                producer.poll(0)
+                delay = start + (i + 1) / self.cfg.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            left = producer.flush(330)
+            if left:
+                self.failed.append(f"{left} source records never acknowledged")
+        finally:
+            self.done.set()
+
+    def _delivered(self, line: str | None) -> Any:
+        def cb(err: Any, _msg: Any) -> None:
+            with self._lock:
+                if err is not None:
+                    self.failed.append(str(err))
+                elif line is None:
+                    self.bad += 1
+                else:
+                    self.good += 1
+                    self.expected.update(line.split())
+        return cb
+
+
+# -- the application ---------------------------------------------------------------------
+
+
+class App:
+    def __init__(self, work: Path, bootstrap: str, source: str, sink: str, cfg: ChaosConfig,
+                 expected_words: int) -> None:
+        self.work, self.bootstrap, self.cfg = work, bootstrap, cfg
+        self.ckpt, self.out = work / "ckpt", work / "out"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.source, self.sink = source, sink
+        self.expected_words = expected_words
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.restarts = 0
+
+    def start(self, kill_point: str = "") -> None:
+        env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=self.bootstrap,
+                   SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                   PYTHONPATH=str(ROOT))
+        env.pop("WALSTREAM_KILL_POINT", None)
+        if kill_point:
+            env["WALSTREAM_KILL_POINT"] = kill_point
+        env["WALSTREAM_RECOVERED_STATE_FILE"] = str(self.work / f"recovered-{self.restarts}.json")
+        with open(self.work / "app.log", "ab") as err:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "walstream.testing.chaos_app", str(self.ckpt),
+                 str(self.out), "--source", self.source, "--sink", self.sink,
+                 "--mode", self.cfg.mode, "--expected", str(self.expected_words)],
+                env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                start_new_session=True)
+        self.started_at = time.time()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            procs.kill_group(self.proc.pid)
+            self.proc.poll()
+
+    def batches_since(self, wall: float) -> list[dict[str, Any]]:
+        path = self.out / "progress.jsonl"
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if rec["wall"] >= wall:
+                    out.append(rec)
+        return out
+
+    def rss_mib(self) -> float:
+        if self.proc is None:
+            return 0.0
+        total = 0
+        for pid in _group_pids(self.proc.pid):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def receiver_worker_pid(self) -> int:
+        path = self.out / "receivers.jsonl"
+        if not path.exists():
+            return -1
+        lines = path.read_text().splitlines()
+        for line in reversed(lines):
+            with contextlib.suppress(ValueError, IndexError):
+                pid = int(json.loads(line)["executor"].rsplit(":", 1)[1])
+                if procs.pid_alive(pid):
+                    return pid
+        return -1
+
+
+def _group_pids(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if os.getpgid(int(entry.name)) == pgid:
+                    out.append(int(entry.name))
+    return out
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+def _inspect(ckpt: Path, bootstrap: str) -> dict[str, Any] | None:
+    proc = subprocess.run([sys.executable, "-m", "walstream.cli", "inspect", str(ckpt),
+                           "--bootstrap", bootstrap], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if proc.returncode != 0:
+        return None  # no checkpoint yet: nothing to compare
+    return dict(json.loads(proc.stdout)["tracker"])
+
+
+def _wait(cond: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chaos: timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _plan(cfg: ChaosConfig, rng: random.Random) -> list[str]:
+    faults = ["driver"] * cfg.driver_kills + ["receiver"] * (
+        cfg.receiver_kills if cfg.mode == "receiver" else 0) + ["broker"] * cfg.broker_kills
+    rng.shuffle(faults)
+    for p in cfg.kill_points:
+        if cfg.mode == "receiver" or p not in RECEIVER_ONLY_POINTS:
+            faults.insert(rng.randrange(len(faults) + 1), f"point:{p}")
+    return faults
+
+
+def run(cfg: ChaosConfig) -> ChaosResult:
+    result = ChaosResult(cfg)
+    rng = random.Random(cfg.seed)
+    t0 = time.monotonic()
+    own_broker = not os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    work = cfg.workdir or Path(tempfile.mkdtemp(prefix="walstream-chaos-"))
+    home = work / "broker"
+    app: App | None = None
+    feeder: Feeder | None = None
+    try:
+        if own_broker:
+            state = broker.start(home, procs.free_port(), durable=True, attached=True)
+            bootstrap = f"127.0.0.1:{state.port}"
+        else:
+            bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"].strip()
+            cfg.broker_kills = 0
+        run_id = uuid.uuid4().hex[:8]
+        source, sink = f"chaos-src-{run_id}", f"chaos-out-{run_id}"
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for t in (source, sink):
+            admin.create_topics([NewTopic(t, 1, -1)])[t].result(timeout=60)
+        expected_words = sum(len(generated_line(cfg.seed, i).split())
+                             for i in range(cfg.records))
+        faults = _plan(cfg, rng)
+        if cfg.rate <= 0:  # feed while the faults happen: gaps plus ~15 s per restart
+            restarts = sum(1 for f in faults if f != "receiver" and f != "broker") + \
+                sum(1 for f in faults if f.startswith("point:"))
+            span = len(faults) * sum(cfg.fault_gap_s) / 2 + 15 * restarts + \
+                cfg.broker_kills * cfg.broker_down_s
+            cfg.rate = max(20.0, cfg.records / max(span, 10.0))
+        log(f"seed {cfg.seed}, mode {cfg.mode}, {cfg.records} records at {cfg.rate:.0f}/s, "
+            f"work dir {work}, faults {faults}")
+        feeder = Feeder(bootstrap, source, cfg)
+        feeder.start()
+        app = App(work, bootstrap, source, sink, cfg, expected_words)
+        app.start()
+        _wait(lambda: app is not None and app.batches_since(0), 180, "the first batch")
+        result.rss_mib.append(app.rss_mib())
+        for fault in faults:
+            time.sleep(rng.uniform(*cfg.fault_gap_s))
+            _fault(fault, app, cfg, home, bootstrap, result)
+        _wait(lambda: feeder is not None and feeder.done.is_set(), cfg.timeout_s, "the feeder")
+        _wait(lambda: (app.out / "done").exists(), cfg.timeout_s, "the totals to reach the input")
+        done_at = time.time()
+        _wait(lambda: len(app.batches_since(done_at)) >= 3, 120, "three more batches")
+        result.rss_mib.append(app.rss_mib())
+        app.kill()
+        _verify(app, feeder, bootstrap, sink, result)
+    except Exception as exc:
+        result.problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        if app is not None:
+            app.kill()
+        if own_broker:
+            broker.stop(home)
+        result.seconds = time.monotonic() - t0
+    return result
+
+
+def _restart_and_compare(app: App, bootstrap: str, result: ChaosResult,
+                         kill_point: str = "") -> None:
+    """Step 4, then a restart; the recovery time is restart -> first batch."""
+    before = _inspect(app.ckpt, bootstrap)
+    app.restarts += 1
+    recovered = app.work / f"recovered-{app.restarts}.json"
+    started = time.time()
+    app.start(kill_point)
+    if kill_point:
+        return
+    _wait(lambda: bool(app.batches_since(started)), 300, "the first batch after a restart")
+    result.recoveries_s.append(app.batches_since(started)[0]["wall"] - started)
+    if before is not None and recovered.exists():
+        after = json.loads(recovered.read_text())
+        if after != before:
+            result.problems.append(f"restart {app.restarts}: recovered tracker state differs "
+                                   "from what walstream inspect printed")
+
+
+def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
+           result: ChaosResult) -> None:
+    if fault == "driver":
+        log("SIGKILL the driver group")
+        app.kill()
+        result.kills["driver"] += 1
+        _restart_and_compare(app, bootstrap, result)
+    elif fault == "receiver":
+        pid = app.receiver_worker_pid()
+        if pid > 0:
+            log(f"SIGKILL receiver worker {pid}")
+            os.kill(pid, 9)
+            result.kills["receiver"] += 1
+    elif fault == "broker":
+        log(f"SIGKILL the broker, down for {cfg.broker_down_s:.0f} s")
+        state = broker.kill_broker_only(home)
+        result.kills["broker"] += 1
+        time.sleep(cfg.broker_down_s)
+        broker.start(home, state.port, durable=True, attached=True)
+    elif fault.startswith("point:"):
+        point = fault.split(":", 1)[1]
+        log(f"restart armed with kill point {point}")
+        app.kill()
+        _restart_and_compare(app, bootstrap, result, kill_point=f"{point}:2")
+        if point == "receiver.after_store_before_report":
+            # A receiver worker dies there and the driver relaunches it (armed
+            # again, the variable is inherited); then restart the driver unarmed.
+            seen = app.receiver_worker_pid()
+            try:
+                _wait(lambda: app.receiver_worker_pid() not in (seen, -1), 120,
+                      "the receiver to die at its kill point and be relaunched")
+            except TimeoutError:
+                result.problems.append(f"kill point {point} never fired")
+        else:
+            try:
+                _wait(lambda: not app.alive(), 120, f"the driver to die at {point}")
+            except TimeoutError:
+                result.problems.append(f"kill point {point} never fired")
+        result.kills["kill_point"] += 1
+        app.kill()  # what is left of the group (the JVM, workers)
+        _restart_and_compare(app, bootstrap, result)
+    if not app.alive():
+        raise RuntimeError(f"the application died after the fault {fault}; see "
+                           f"{app.work / 'app.log'}")
+
+
+def _verify(app: App, feeder: Feeder, bootstrap: str, sink: str, result: ChaosResult) -> None:
+    from driver import read_exactly_once
+
+    if feeder.failed:
+        result.problems.append(f"feeder: {feeder.failed[:3]}")
+    expected = feeder.expected
+    result.records_in, result.bad_in = feeder.good, feeder.bad
+    result.words_in = sum(expected.values())
+    got: Counter[str] = Counter()
+    per_batch: dict[int, Counter[str]] = {}
+    for batch, _, value in read_exactly_once(bootstrap, sink):
+        word, n = (value or b"").decode().split("\t")
+        got[word] += int(n)
+        per_batch.setdefault(batch, Counter())[word] += int(n)
+    result.words_out = sum(got.values())
+    result.batches = len(per_batch)
+    result.lost = sum(max(0, expected[w] - got[w]) for w in expected)
+    result.duplicated = sum(max(0, got[w] - expected[w]) for w in got)
+    totals = json.loads((app.out / "totals.json").read_text())
+    if totals != dict(expected):
+        result.problems.append("the checkpointed running totals differ from the input")
+    # saveAsTextFiles, re-run or not, holds what the Kafka output holds for that batch.
+    for d in (app.out / "counts").glob("batch-*"):
+        t = int(d.name.split("-")[1])
+        text: Counter[str] = Counter()
+        for part in d.glob("part-*"):
+            for line in part.read_text().splitlines():
+                w, n = line.split("\t")
+                text[w] += int(n)
+        if text != per_batch.get(t, Counter()):
+            result.problems.append(f"batch {t}: text output differs from the Kafka output")
+            break
+    if app.cfg.mode == "receiver":
+        reported = set()
+        path = app.out / "errors.jsonl"
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            msg = json.loads(line)["message"]
+            if "undecodable record at" in msg:
+                reported.add(msg.split("undecodable record at", 1)[1].split("skipped")[0])
+        result.bad_reported = len(reported)
+    else:
+        # Per driver run (a run's count resets); a re-run batch counts again.
+        result.bad_reported = sum(json.loads(p.read_text())
+                                  for p in app.out.glob("undecodable-*.json"))
+    if result.bad_reported < result.bad_in:
+        result.problems.append(f"only {result.bad_reported} of {result.bad_in} bad records "
+                               "were reported")
+
+
+def _points(arg: str) -> tuple[str, ...]:
+    if arg == "all":
+        return KILL_POINTS
+    if arg == "none":
+        return ()
+    points = tuple(p.strip() for p in arg.split(",") if p.strip())
+    unknown = [p for p in points if p not in KILL_POINTS]
+    if unknown:
+        raise SystemExit(f"unknown kill points {unknown}; known: {', '.join(KILL_POINTS)}")
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m walstream.testing.chaos",
+                                 description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--mode", choices=("receiver", "direct"), default="receiver")
+    ap.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
+    ap.add_argument("--driver-kills", type=int, default=5)
+    ap.add_argument("--receiver-kills", type=int, default=5)
+    ap.add_argument("--broker-kills", type=int, default=1)
+    ap.add_argument("--kill-points", default="all",
+                    help="'all', 'none' or a comma-separated list of named kill points")
+    ap.add_argument("--records", type=int, default=6000)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="source records/s (default: spread over the planned faults)")
+    ap.add_argument("--broker-down-s", type=float, default=10.0)
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--summary", type=Path, help="append the summary table (markdown) here")
+    args = ap.parse_args(argv)
+    cfg = ChaosConfig(mode=args.mode, seed=args.seed, driver_kills=args.driver_kills,
+                      receiver_kills=args.receiver_kills, broker_kills=args.broker_kills,
+                      kill_points=_points(args.kill_points), records=args.records,
+                      rate=args.rate,
+                      broker_down_s=args.broker_down_s, workdir=args.workdir)
+    result = run(cfg)
+    table = result.table()
+    print(table)
+    if args.summary:
+        with open(args.summary, "a") as f:
+            f.write(f"\n### chaos run {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n{table}\n")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
