@@ -25,6 +25,7 @@ from driver.dstream import DStream
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.handle import RecordHandle
+from wal.reader import FETCH_WAIT_MS
 
 if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
@@ -41,7 +42,7 @@ def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_
     skips and reports it."""
     conf = {"bootstrap.servers": bootstrap, "group.id": "walstream-direct-reader",
             "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "error", "fetch.wait.max.ms": 10}
+            "auto.offset.reset": "error", "fetch.wait.max.ms": FETCH_WAIT_MS}
     consumer = Consumer(conf)
     try:
         for topic, partition, start, until in ranges:
@@ -109,7 +110,8 @@ class DirectKafkaInputDStream(DStream):
             self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
                                        "group.id": "walstream-direct-probe",
                                        "enable.auto.commit": False,
-                                       "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+                                       "enable.partition.eof": True,
+                                       "fetch.wait.max.ms": FETCH_WAIT_MS})
         return self._consumer
 
     def close(self) -> None:
@@ -120,22 +122,29 @@ class DirectKafkaInputDStream(DStream):
             consumer.close()
 
     def _end_offset(self, topic: str, partition: int, at_least: int) -> int:
+        """The partition's end now (a batch's until-offset), at least ``at_least``.
+
+        ListOffsets' high watermark is wrong on the embedded broker (BROKER.md),
+        the high watermark in a Fetch response is right everywhere: fetch once from
+        near the end and take the watermark that fetch brought back, instead of
+        reading to the end (which, while producers write, chases a moving end).
+        """
         consumer = self._probe()
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        start = max(at_least, int(high) - 1, 0)
+        tp = TopicPartition(topic, partition)
+        _, listed = consumer.get_watermark_offsets(tp, timeout=10)
+        start = max(at_least, int(listed) - 1, 0)
         consumer.assign([TopicPartition(topic, partition, start if start > 0
                                         else OFFSET_BEGINNING)])
-        end = start
-        while True:
-            msg = consumer.poll(10)
-            if msg is None:
-                raise TimeoutError(f"no answer reading the end of {topic}[{partition}]")
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return max(end, int(msg.offset() or 0))
-                raise RuntimeError(f"{topic}[{partition}]: {err}")
-            end = int(msg.offset() or 0) + 1
+        msg = consumer.poll(10)
+        if msg is None:
+            raise TimeoutError(f"no answer reading the end of {topic}[{partition}]")
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return max(at_least, int(msg.offset() or 0))
+            raise RuntimeError(f"{topic}[{partition}]: {err}")
+        _, fetched = consumer.get_watermark_offsets(tp, cached=True)
+        return max(at_least, int(fetched), int(msg.offset() or 0) + 1)
 
     def _start_positions(self) -> dict[tuple[str, int], int]:
         engine = self._ssc._engine

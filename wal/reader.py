@@ -22,6 +22,8 @@ from wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
 
+FETCH_WAIT_MS = 100
+
 CorruptHandler = Callable[[CorruptRecordError], None]
 
 _NOT_FOUND_CODES = {
@@ -42,7 +44,10 @@ def consumer_config(bootstrap_servers: str, extra: dict[str, Any] | None = None)
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",  # a cleaned offset must fail, not jump
-        "fetch.wait.max.ms": 10,
+        # Not lower: Tansu's s3:// engine answers a Fetch that waits under ~10 ms
+        # with no records while the partition is being written to, and the
+        # reader then never reaches the end (measured; 100 ms is safe).
+        "fetch.wait.max.ms": FETCH_WAIT_MS,
         "socket.connection.setup.timeout.ms": 10_000,
         "topic.metadata.refresh.interval.ms": 5_000,
     }
