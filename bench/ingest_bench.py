@@ -48,19 +48,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import multiprocessing as mp
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -79,6 +75,7 @@ from bench.common import (
     md_table,
     write_results,
 )
+from walstream.testing.standalone import standalone_cluster
 
 MB = 1_000_000  # throughput unit: 10^6 bytes of record payload (key + value)
 RECORD_SIZES = (100, 10_000)  # value bytes; keys are None
@@ -544,116 +541,6 @@ def profile_run(bootstrap: str, admin: Any, topic: str, n: int, cfg: IngestConfi
         blocks.stop()
         delete_topics(admin, _topics_with_prefix(admin, f"{WAL_TOPIC_PREFIX}{app}"))
     return Profile(n, registered[0], done, ev, sums, pushed, driver_log)
-
-
-# -- a Spark standalone cluster on loopback ----------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"port {port} not open within {timeout_s}s")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(wait_s)
-            # The group may outlive its leader (an executor JVM, a Python daemon).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, 0)
-                continue  # still members: escalate
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _pids_in_groups(groups: set[int]) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-                if fields[0] != "Z" and int(fields[2]) in groups:  # zombies are gone already
-                    out.append(int(d.name))
-    return out
-
-
-@contextlib.contextmanager
-def standalone_cluster(workers: int = 2) -> Iterator[str]:
-    """A Spark master and ``workers`` 1-core workers on 127.0.0.1; all killed on exit."""
-    import pyspark
-
-    spark_home = Path(pyspark.__file__).resolve().parent
-    spark_class = spark_home / "bin" / "spark-class"
-    tmp = Path(tempfile.mkdtemp(prefix="walstream-ingest-spark-"))
-    env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_WORKER_DIR": str(tmp / "work"), "SPARK_LOG_DIR": str(tmp / "logs"),
-           "PYSPARK_PYTHON": sys.executable}
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def launch(name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        logf = (tmp / f"{name}.log").open("wb")
-        p = subprocess.Popen([str(spark_class), *args], env=env, stdout=logf,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-        logf.close()
-        procs.append(p)
-        return p
-
-    port, ui = _free_port(), _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    try:
-        master = launch("master", ["org.apache.spark.deploy.master.Master", "--host",
-                                   "127.0.0.1", "--port", str(port), "--webui-port", str(ui)])
-        _wait_port(port, 90, master)
-        for i in range(workers):
-            launch(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", "--host",
-                                   "127.0.0.1", "--cores", "1", "--memory", "1g",
-                                   "--work-dir", str(tmp / "work" / str(i)),
-                                   "--webui-port", str(_free_port()), url])
-        _wait_port(ui, 60, master)
-        deadline = time.monotonic() + 90
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
-                    state = json.load(r)
-                if int(state.get("aliveworkers", 0)) >= workers:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{workers} workers did not register (logs in {tmp})")
-            time.sleep(0.5)
-        log(f"standalone cluster up at {url} with {workers} workers")
-        yield url
-    finally:
-        groups = {p.pid for p in procs}
-        for p in reversed(procs):
-            _kill_group(p)
-        deadline = time.monotonic() + 10
-        while _pids_in_groups(groups) and time.monotonic() < deadline:
-            time.sleep(0.2)  # members of a killed group that are still exiting
-        left = _pids_in_groups(groups)
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if left:
-            log(f"killed {len(left)} leftover cluster processes: {left}")
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _wait_executors(sc: Any, n: int, timeout_s: float = 90.0) -> list[Any]:

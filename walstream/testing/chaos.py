@@ -160,7 +160,7 @@ class Feeder(threading.Thread):
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5,
+                             "enable.idempotence": True, "linger.ms": 50,
                              "delivery.timeout.ms": 300_000,
                              "message.max.bytes": 2 * MAX_VALUE_BYTES + 65536})
         rng = random.Random(self.cfg.seed)
@@ -176,8 +176,12 @@ class Feeder(threading.Thread):
                                      on_delivery=self._delivered(None))
                     n_bad += 1
                 producer.poll(0)
+                # Bursts twice a second: the durable broker stores each produce batch
+                # as an S3 object and a fetch reads them one by one (~40 ms each), so
+                # a record per batch would make every read crawl.
                 delay = start + (i + 1) / self.cfg.rate - time.monotonic()
-                if delay > 0:
+                if delay > 0.5:
+                    producer.flush(30)
                     time.sleep(delay)
             left = producer.flush(330)
             if left:
