@@ -200,7 +200,9 @@ def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> Check
     for s in ssc._graph.streams:
         if not s._must_checkpoint:
             continue
-        done = [(ts, rdd) for ts, rdd in s._generated.items() if _checkpointed(rdd)]
+        # A copy: the checkpoint writer's thread clears old RDDs (cleanup after the
+        # previous checkpoint) while this runs on the job generator's thread.
+        done = [(ts, rdd) for ts, rdd in list(s._generated.items()) if _checkpointed(rdd)]
         if done:
             ts, rdd = max(done, key=lambda x: x[0])
             from checkpoint.data import StateRdd
@@ -216,6 +218,16 @@ def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> Check
         pending_times_ms=tuple(sorted(pending)), state_rdds=tuple(state),
         conf={k: v for k, v in ssc._conf().items() if not k.startswith("spark.driver.")},
         graph=ssc._pickled_graph())
+
+
+def state_floor(ssc: StreamingContext, data: CheckpointData) -> int | None:
+    """The oldest batch time whose state a restart from ``data`` restores; the
+    batches after it are recomputed from their inputs. None: no stateful stream.
+    A stateful stream with no checkpointed RDD yet is recomputed from the start."""
+    times = {e.stream: e.time_ms for e in data.state_rdds}
+    floors = [times.get(s._fingerprint(), data.zero_time_ms)
+              for s in ssc._graph.streams if s._must_checkpoint]
+    return min(floors) if floors else None
 
 
 def _checkpointed(rdd: Any) -> bool:

@@ -173,6 +173,11 @@ class DirectKafkaInputDStream(DStream):
         """Step 1 and 2: decide batch ``t``'s ranges and log them."""
         engine = self._ssc._engine
         assert engine is not None
+        last = engine.tracker.last_allocated_batch_time_ms
+        if last is not None and t <= last:
+            # A re-run after a restart: t's ranges are logged already and it reads
+            # those; new data waits for the next new batch.
+            return
         if self._positions is None:
             self._positions = self._start_positions()
         ranges = []
@@ -180,7 +185,11 @@ class DirectKafkaInputDStream(DStream):
             end = self._end_offset(topic, p, start)
             ranges.append(SourceRange(topic, p, start, end))
         count = sum(r.until_offset - r.from_offset for r in ranges)
-        info = ReceivedBlockInfo(self.stream_id, f"direct-{self.stream_id}-{t}", count,
+        # Unique per range, not per batch time: a block id logged twice would move
+        # the first block out of its batch when the second is allocated (the
+        # tracker's SPARK-5233 rule), and the first range's records would be lost.
+        first = ranges[0].from_offset if ranges else 0
+        info = ReceivedBlockInfo(self.stream_id, f"direct-{self.stream_id}-{t}-{first}", count,
                                  RecordHandle(f"direct.{self.stream_id}", 0, 0), tuple(ranges))
         if engine.tracker.add_block(info):
             for r in ranges:

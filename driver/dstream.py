@@ -109,15 +109,21 @@ class DStream:
         return self._remember_ms
 
     def _set_remember(self, ms: int) -> None:
-        self._remember_ms = max(self._remember_ms, ms)
+        # As Spark (DStream.initialize): a checkpointed stream remembers twice its
+        # checkpoint interval, and so do its parents. After a restart its state is
+        # the last checkpointed RDD, and the batches since then are recomputed from
+        # the inputs' blocks, which cleanup must not have dropped yet.
+        twice = 2 * self._checkpoint_ms if self._checkpoint_ms else 0
+        self._remember_ms = max(self._remember_ms, ms, twice)
         for p in self._parents:
             p._set_remember(self._parent_remember_ms())
 
     def _clear_metadata(self, t: int) -> None:
         keep_after = t - max(self._remember_ms, self._slide_ms)
-        for old in [x for x in self._generated if x <= keep_after]:
-            rdd = self._generated.pop(old)
-            if self._storage_level is not None:
+        # list(): batches are generated on another thread while this cleans up.
+        for old in [x for x in list(self._generated) if x <= keep_after]:
+            rdd = self._generated.pop(old, None)
+            if rdd is not None and self._storage_level is not None:
                 rdd.unpersist(False)
         for p in self._parents:
             p._clear_metadata(t)

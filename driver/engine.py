@@ -122,6 +122,9 @@ class StreamingEngine:
     ) -> None:
         self.sc = sc
         self._clean_driver_streams = clean_driver_streams
+        # Set by checkpointing: batches after this time must keep their data (the
+        # oldest state a restart would restore); None = no such limit.
+        self.keep_batches_after_ms: int | None = None
         self._clear_metadata = clear_metadata
         self.config = config
         self.receivers = dict(receivers)
@@ -182,6 +185,9 @@ class StreamingEngine:
         if self._clear_metadata is not None:
             self._clear_metadata(t)
         thresh = t - max(self.config.remember_ms, self.config.batch_interval_ms)
+        floor = self.keep_batches_after_ms
+        if floor is not None:
+            thresh = min(thresh, floor + 1)  # batches after the restored state stay
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)
         if self._clean_driver_streams is not None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from driver.dstream import DStream
@@ -151,8 +152,11 @@ class FileInputDStream(DStream):
         record = FILE_LIST_CODEC.encode(
             {"stream_id": self.stream_id, "batch_time_ms": t, "files": sorted(new)})
         handle = self._file_wal().write(record, t)
-        info = ReceivedBlockInfo(self.stream_id, f"files-{self.stream_id}-{t}", len(new),
-                                 handle)
+        # Unique per record (a list logged again for the same t after a crash must
+        # not replace the first one, whose files would then be lost).
+        info = ReceivedBlockInfo(self.stream_id,
+                                 f"files-{self.stream_id}-{t}-{uuid.uuid4().hex[:12]}",
+                                 len(new), handle)
         if engine.tracker.add_block(info):
             self._selected.update(new)
 

@@ -223,7 +223,7 @@ class StreamingContext:
 
     def _write_checkpoint(self, t: int, on_done: Callable[[], None] | None) -> None:
         """After generating batch ``t`` (pending) and after it completed (then clean)."""
-        from checkpoint.recovery import build_checkpoint
+        from checkpoint.recovery import build_checkpoint, state_floor
 
         engine = self._engine
         if engine is None or self._checkpoint_writer is None:
@@ -231,7 +231,19 @@ class StreamingContext:
         pending = engine.scheduler.pending_times()
         if on_done is None and t not in pending:
             pending.append(t)  # generated, maybe not yet submitted
-        self._checkpoint_writer.write(build_checkpoint(self, t, pending), on_done)
+        data = build_checkpoint(self, t, pending)
+        done = on_done
+        if on_done is not None:
+            floor = state_floor(self, data)
+
+            def done() -> None:
+                # This checkpoint is durable: a restart restores state from its state
+                # RDDs and recomputes the batches after them, so cleanup must keep
+                # those batches' data (the engine caps its threshold at the floor).
+                engine.keep_batches_after_ms = floor
+                on_done()
+
+        self._checkpoint_writer.write(data, done)
 
     def awaitTermination(self, timeout: float | None = None) -> None:  # noqa: N802
         if self._engine is None:

@@ -1,8 +1,10 @@
 """The bounded chaos suite (``make chaos`` runs the long soak).
 
-Two runs of :mod:`walstream.testing.chaos`, as separate processes on a durable
-embedded broker, together: 5 SIGKILLs of the driver group, 5 of a receiver's
-worker, one broker kill (down 10 s), and every named kill point once; seeded
+Three runs of :mod:`walstream.testing.chaos`, as separate processes on a durable
+embedded broker, together: 6 SIGKILLs of the driver group, 5 of a receiver's
+worker, one broker kill (down 10 s), every named kill point once, and on a
+standalone cluster (master + 2 workers) 2 kills of the executor JVM hosting the
+receiver while the driver lives; seeded
 (``WALSTREAM_CHAOS_SEED`` replays a failing run). Each must end with 0 lost and
 0 duplicated words, the same per-batch output in Kafka and in text files, every
 bad record reported, and the recovered tracker state equal to what
@@ -27,6 +29,10 @@ RUNS = {
     "direct": dict(driver_kills=2, receiver_kills=0, broker_kills=0, kill_points=(
         "tracker.after_allocation_logged", "checkpoint.after_write_before_clean",
         "batch.during_output")),
+    # Receivers in executor JVMs apart from the driver: kill the one hosting the
+    # receiver while the driver lives; the receiver must come back on another.
+    "cluster": dict(driver_kills=1, receiver_kills=0, broker_kills=0, kill_points=(),
+                    cluster=True, executor_kills=2),
 }
 
 
@@ -36,8 +42,8 @@ RUNS = {
 @pytest.mark.parametrize("mode", sorted(RUNS))
 def test_bounded_chaos_is_exactly_once(mode: str, tmp_path: Path) -> None:
     spec = RUNS[mode]
-    cfg = ChaosConfig(mode=mode, seed=SEED, records=2500, workdir=tmp_path,
-                      **spec)  # type: ignore[arg-type]
+    cfg = ChaosConfig(mode="direct" if mode == "direct" else "receiver", seed=SEED,
+                      records=2500, workdir=tmp_path, **spec)  # type: ignore[arg-type]
     result = run(cfg)
     print(result.table())
     assert result.ok, result.table()
@@ -46,5 +52,6 @@ def test_bounded_chaos_is_exactly_once(mode: str, tmp_path: Path) -> None:
     assert result.kills["receiver"] == spec["receiver_kills"]
     assert result.kills["broker"] == spec["broker_kills"]
     assert result.kills["kill_point"] == len(spec["kill_points"])  # type: ignore[arg-type]
+    assert result.kills["executor"] == spec.get("executor_kills", 0)
     assert result.words_in > 0 and result.words_out == result.words_in
     assert result.bad_in > 0 and result.bad_reported >= result.bad_in

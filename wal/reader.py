@@ -22,7 +22,7 @@ from wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
 
-FETCH_WAIT_MS = 100
+FETCH_WAIT_MS = 500
 
 CorruptHandler = Callable[[CorruptRecordError], None]
 
@@ -46,7 +46,8 @@ def consumer_config(bootstrap_servers: str, extra: dict[str, Any] | None = None)
         "auto.offset.reset": "error",  # a cleaned offset must fail, not jump
         # Not lower: Tansu's s3:// engine answers a Fetch that waits under ~10 ms
         # with no records while the partition is being written to, and the
-        # reader then never reaches the end (measured; 100 ms is safe).
+        # reader then never reaches the end; under load (moto is Python) a fetch
+        # can take longer than 100 ms, so librdkafka's default 500 ms.
         "fetch.wait.max.ms": FETCH_WAIT_MS,
         "socket.connection.setup.timeout.ms": 10_000,
         "topic.metadata.refresh.interval.ms": 5_000,

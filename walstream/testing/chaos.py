@@ -40,6 +40,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,8 @@ RECEIVER_ONLY_POINTS = {"receiver.after_store_before_report",
 class ChaosConfig:
     mode: str = "receiver"
     seed: int = 1
+    cluster: bool = False  # a standalone cluster (master + 2 workers) instead of local[3]
+    executor_kills: int = 0  # SIGKILL of the executor JVM hosting a receiver (cluster)
     driver_kills: int = 5
     receiver_kills: int = 5
     broker_kills: int = 1
@@ -108,10 +111,12 @@ class ChaosResult:
 
     def table(self) -> str:
         rows = [
-            ("mode / seed", f"{self.config.mode} / {self.config.seed}"),
+            ("mode / seed", f"{self.config.mode}"
+             f"{' on a standalone cluster' if self.config.cluster else ''} / {self.config.seed}"),
             ("driver kills (SIGKILL of the group)", str(self.kills["driver"])),
             ("kill-point deaths", str(self.kills["kill_point"])),
             ("receiver worker kills", str(self.kills["receiver"])),
+            ("executor JVM kills (standalone cluster)", str(self.kills["executor"])),
             ("broker kills", str(self.kills["broker"])),
             ("records in (good / bad)", f"{self.records_in} / {self.bad_in}"),
             ("words in / words out", f"{self.words_in} / {self.words_out}"),
@@ -207,7 +212,8 @@ class Feeder(threading.Thread):
 
 class App:
     def __init__(self, work: Path, bootstrap: str, source: str, sink: str, cfg: ChaosConfig,
-                 expected_words: int) -> None:
+                 expected_words: int, master: str = "") -> None:
+        self.master = master
         self.work, self.bootstrap, self.cfg = work, bootstrap, cfg
         self.ckpt, self.out = work / "ckpt", work / "out"
         self.out.mkdir(parents=True, exist_ok=True)
@@ -222,6 +228,8 @@ class App:
                    SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYTHONPATH=str(ROOT))
         env.pop("WALSTREAM_KILL_POINT", None)
+        if self.master:
+            env["WALSTREAM_SPARK_MASTER"] = self.master
         if kill_point:
             env["WALSTREAM_KILL_POINT"] = kill_point
         env["WALSTREAM_RECOVERED_STATE_FILE"] = str(self.work / f"recovered-{self.restarts}.json")
@@ -263,16 +271,29 @@ class App:
                 total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
         return total * os.sysconf("SC_PAGE_SIZE") / 2**20
 
-    def receiver_worker_pid(self) -> int:
+    def receiver_worker_pid(self, field_no: int = 2) -> int:
+        """The live process of the newest receiver start: its Python worker
+        (``field_no=2``) or its executor's Python daemon (1); -1 if none."""
         path = self.out / "receivers.jsonl"
         if not path.exists():
             return -1
         lines = path.read_text().splitlines()
         for line in reversed(lines):
             with contextlib.suppress(ValueError, IndexError):
-                pid = int(json.loads(line)["executor"].rsplit(":", 1)[1])
+                pid = int(json.loads(line)["executor"].split(":")[field_no])
                 if procs.pid_alive(pid):
                     return pid
+        return -1
+
+    def receiver_starts(self) -> int:
+        path = self.out / "receivers.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
         return -1
 
 
@@ -308,7 +329,8 @@ def _wait(cond: Any, timeout_s: float, what: str) -> None:
 
 def _plan(cfg: ChaosConfig, rng: random.Random) -> list[str]:
     faults = ["driver"] * cfg.driver_kills + ["receiver"] * (
-        cfg.receiver_kills if cfg.mode == "receiver" else 0) + ["broker"] * cfg.broker_kills
+        cfg.receiver_kills if cfg.mode == "receiver" else 0) + ["broker"] * cfg.broker_kills \
+        + ["executor"] * (cfg.executor_kills if cfg.cluster and cfg.mode == "receiver" else 0)
     rng.shuffle(faults)
     for p in cfg.kill_points:
         if cfg.mode == "receiver" or p not in RECEIVER_ONLY_POINTS:
@@ -325,7 +347,13 @@ def run(cfg: ChaosConfig) -> ChaosResult:
     home = work / "broker"
     app: App | None = None
     feeder: Feeder | None = None
+    stack = contextlib.ExitStack()
     try:
+        master = ""
+        if cfg.cluster:
+            from walstream.testing.standalone import standalone_cluster
+
+            master = stack.enter_context(standalone_cluster(2))
         if own_broker:
             state = broker.start(home, procs.free_port(), durable=True, attached=True)
             bootstrap = f"127.0.0.1:{state.port}"
@@ -352,7 +380,7 @@ def run(cfg: ChaosConfig) -> ChaosResult:
             f"work dir {work}, faults {faults}")
         feeder = Feeder(bootstrap, source, cfg)
         feeder.start()
-        app = App(work, bootstrap, source, sink, cfg, expected_words)
+        app = App(work, bootstrap, source, sink, cfg, expected_words, master)
         app.start()
         _wait(lambda: app is not None and app.batches_since(0), 180, "the first batch")
         result.rss_mib.append(app.rss_mib())
@@ -373,6 +401,7 @@ def run(cfg: ChaosConfig) -> ChaosResult:
             app.kill()
         if own_broker:
             broker.stop(home)
+        stack.close()
         result.seconds = time.monotonic() - t0
     return result
 
@@ -409,6 +438,20 @@ def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
             log(f"SIGKILL receiver worker {pid}")
             os.kill(pid, 9)
             result.kills["receiver"] += 1
+    elif fault == "executor":
+        daemon = app.receiver_worker_pid(1)
+        jvm = _parent(daemon) if daemon > 0 else -1
+        if jvm > 0:
+            starts = app.receiver_starts()
+            log(f"SIGKILL the executor JVM {jvm} hosting a receiver")
+            os.kill(jvm, 9)
+            result.kills["executor"] += 1
+            try:  # relaunched by the driver's tracker on a live executor
+                _wait(lambda: app.receiver_starts() > starts and
+                      app.receiver_worker_pid(1) not in (daemon, -1), 180,
+                      "the receiver to be relaunched on another executor")
+            except TimeoutError as exc:
+                result.problems.append(str(exc))
     elif fault == "broker":
         log(f"SIGKILL the broker, down for {cfg.broker_down_s:.0f} s")
         state = broker.kill_broker_only(home)
@@ -511,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver-kills", type=int, default=5)
     ap.add_argument("--receiver-kills", type=int, default=5)
     ap.add_argument("--broker-kills", type=int, default=1)
+    ap.add_argument("--cluster", action="store_true",
+                    help="run on a standalone cluster (master + 2 workers) on loopback")
+    ap.add_argument("--executor-kills", type=int, default=0,
+                    help="with --cluster: SIGKILLs of the executor JVM hosting a receiver")
     ap.add_argument("--kill-points", default="all",
                     help="'all', 'none' or a comma-separated list of named kill points")
     ap.add_argument("--records", type=int, default=6000)
@@ -520,7 +567,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--summary", type=Path, help="append the summary table (markdown) here")
     args = ap.parse_args(argv)
-    cfg = ChaosConfig(mode=args.mode, seed=args.seed, driver_kills=args.driver_kills,
+
+    def on_sigterm(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)  # so the finally blocks stop every process
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    cfg = ChaosConfig(mode=args.mode, seed=args.seed, cluster=args.cluster,
+                      executor_kills=args.executor_kills, driver_kills=args.driver_kills,
                       receiver_kills=args.receiver_kills, broker_kills=args.broker_kills,
                       kill_points=_points(args.kill_points), records=args.records,
                       rate=args.rate,
