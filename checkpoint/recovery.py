@@ -107,6 +107,11 @@ def recovered_conf(saved: dict[str, str], new: dict[str, str]) -> dict[str, str]
     return out
 
 
+def _master_given() -> bool:
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return "--master" in submit or "spark.master" in submit or bool(os.environ.get("MASTER"))
+
+
 def _restore(checkpoint_path: str, data: CheckpointData) -> StreamingContext:
     """PySpark's getOrCreate with a checkpoint: no setupFunc; the SparkContext is the
     running one, else a new one from the checkpoint's conf (new master, host, ports)."""
@@ -124,6 +129,12 @@ def _restore(checkpoint_path: str, data: CheckpointData) -> StreamingContext:
         spark_environment()
         SparkContext._ensure_initialized()  # the gateway, so SparkConf() reads the new env
         new = dict(SparkConf().getAll())
+        if not _master_given():
+            # spark-submit (behind PySpark's gateway) always sets spark.master, to
+            # local[*] by default: only a master given explicitly replaces the saved one.
+            new.pop("spark.master", None)
+        if os.environ.get("WALSTREAM_SPARK_MASTER"):
+            new["spark.master"] = os.environ["WALSTREAM_SPARK_MASTER"]
         conf = SparkConf(loadDefaults=False).setAll(
             list(recovered_conf(data.conf, new).items()))
         sc = SparkContext(conf=conf)

@@ -297,6 +297,13 @@ def _parent(pid: int) -> int:
         return -1
 
 
+def _is_executor(pid: int) -> bool:
+    try:
+        return b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _group_pids(pgid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():
@@ -441,6 +448,9 @@ def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
     elif fault == "executor":
         daemon = app.receiver_worker_pid(1)
         jvm = _parent(daemon) if daemon > 0 else -1
+        if jvm > 0 and not _is_executor(jvm):
+            raise RuntimeError(f"process {jvm} hosting the receiver is not an executor JVM "
+                               "(is the application running on the cluster?)")
         if jvm > 0:
             starts = app.receiver_starts()
             log(f"SIGKILL the executor JVM {jvm} hosting a receiver")
