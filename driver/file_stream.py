@@ -18,7 +18,9 @@ logged like receiver data, so it survives a SIGKILL at any step:
    still in the tracker, and ignores unlisted files modified at or before the
    batch preceding the oldest remembered list: such files were selected by a
    batch that is already cleaned (step 5). Files present when a new
-   application starts are ignored (Spark's ``newFilesOnly``).
+   application first starts are ignored (Spark's ``newFilesOnly``); their names
+   are pickled with the graph, so a restart still ignores them even when their
+   modification time is newer than that threshold.
 5. Cleanup (after the checkpoint that no longer needs them) drops old lists
    from the tracker and this WAL together with the receivers' blocks.
 
@@ -70,7 +72,9 @@ class FileInputDStream(DStream):
         self.record_length = record_length
         self._selected: set[str] | None = None  # None until the first batch of a run
         self._ignore_until_ms = -1  # files modified at or before this are ignored
-        self._initial: set[str] = set()
+        # Files present at the application's first start (never new). Pickled with
+        # the graph, so a restart keeps the first run's set, not today's listing.
+        self._initial: set[str] | None = None
         self._wal: KafkaWriteAheadLog | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -98,9 +102,16 @@ class FileInputDStream(DStream):
         return sorted(out)
 
     def _initialize(self, zero_ms: int) -> None:
-        # Files present now, at the first start of the application, are not new.
-        # A restarted driver re-decides in _restore (the directory has changed).
-        self._initial = {p for _, p in self._candidates()}
+        # Files present now, at the first start of the application, are not new
+        # (Spark's newFilesOnly). A restart must not list again: the directory now
+        # holds files that arrived while the driver was down, which are new. A graph
+        # restored from a checkpoint keeps the first run's set; a graph rebuilt by
+        # setupFunc over a data-only checkpoint has none and relies on step 4's
+        # thresholds alone.
+        if self._ssc._recovered is None:
+            self._initial = {p for _, p in self._candidates()}
+        elif self._initial is None:
+            self._initial = set()
         super()._initialize(zero_ms)
 
     # -- the log -------------------------------------------------------------------
@@ -128,14 +139,16 @@ class FileInputDStream(DStream):
         for t in tracker.allocated_batch_times():
             infos.extend(tracker.get_blocks_of_batch_and_stream(t, self.stream_id))
         lists = [FILE_LIST_CODEC.decode(self._file_wal().read(i.handle))[1] for i in infos]
-        self._selected = {f for d in lists for f in d["files"]}
-        if not lists:
-            # A new application (nothing logged yet): newFilesOnly.
-            self._selected |= self._initial
-            return
-        # Unlisted files from before the oldest remembered list were selected by a
-        # batch that is cleaned already.
-        self._ignore_until_ms = min(int(d["batch_time_ms"]) for d in lists) - self._slide_ms
+        self._selected = {f for d in lists for f in d["files"]} | (self._initial or set())
+        last = tracker.last_allocated_batch_time_ms
+        if lists:
+            # Unlisted files from before the oldest remembered list were selected by
+            # a batch that is cleaned already.
+            self._ignore_until_ms = min(int(d["batch_time_ms"]) for d in lists) - self._slide_ms
+        elif last is not None:
+            # Every list is cleaned: batch ``last`` listed the directory at or after
+            # ``last``, so it or an earlier batch selected every file modified by then.
+            self._ignore_until_ms = last
 
     def before_allocate(self, t: int) -> None:
         """Steps 1 and 2: select batch ``t``'s files, log them, report the block."""

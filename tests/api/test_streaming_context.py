@@ -650,8 +650,12 @@ def test_file_stream_after_restart_reads_only_new_files(
         return sorted(v for vs in dict(_recorded(outd)).values() for v in vs)
 
     ssc = StreamingContext.getOrCreate(cpd, setup)
+    # Modified just before the first start, i.e. after the zero time: a restart must
+    # still know it was present then (a threshold from the oldest list cannot).
+    os.utime(os.path.join(inputd, "present-at-first-start"))
     ssc.start()
-    time.sleep(1)
+    # Read in the first or second batch, so the restart below still has the first
+    # batch's list and its threshold (first batch - slide) is older than that file.
     _write_atomically(inputd, "a", b"1\n2\n")
     wait_until(lambda: values() == [1, 2], "file a read", ssc=ssc)
     ssc.stop(False)
