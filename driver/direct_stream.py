@@ -2,9 +2,9 @@
 
 Protocol per batch ``t`` (before the tracker allocates ``t``):
 
-1. Find each partition's end by reading to a Fetch's EOF from just below the
-   reported high watermark (which the embedded broker gets wrong, so it is
-   only a starting hint).
+1. Find each partition's end: fetch once from the previous end and take the
+   high watermark that Fetch response carries (ListOffsets' high watermark is
+   wrong on the embedded broker, BROKER.md).
 2. Log the ranges ``[position, end)`` as a block of this stream in the tracker
    WAL (BlockAddition); the allocation of ``t`` then names it.
 3. The batch's RDD reads exactly those ranges, one partition per range. A
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from driver.dstream import DStream
+from driver.errors import StreamClosedError
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.handle import RecordHandle
@@ -92,6 +94,11 @@ class DirectKafkaInputDStream(DStream):
         self.value_decoder = value_decoder
         self._positions: dict[tuple[str, int], int] | None = None
         self._consumer: Consumer | None = None
+        # Held while the probe consumer is used, and by close(): librdkafka must not
+        # see close() while another thread polls the same handle (that crashes the
+        # process). A non-graceful stop can close while a batch is still probing.
+        self._lock = threading.Lock()
+        self._closed = False
         self._bad: Any = None  # accumulator of undecodable records skipped (this run)
 
     @property
@@ -102,10 +109,18 @@ class DirectKafkaInputDStream(DStream):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.update(_consumer=None, _positions=None, _bad=None)  # positions: from the tracker
+        state.update(_consumer=None, _positions=None, _bad=None,  # positions: from the tracker
+                     _lock=None, _closed=False)
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _probe(self) -> Consumer:
+        """The driver's probe consumer; the caller holds ``self._lock``."""
+        if self._closed:
+            raise StreamClosedError(f"direct stream {self.stream_id} is closed (context stopped)")
         if self._consumer is None:
             self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
                                        "group.id": "walstream-direct-probe",
@@ -117,9 +132,18 @@ class DirectKafkaInputDStream(DStream):
     def close(self) -> None:
         """Close the driver's probe consumer (the context stopped). Left open, it kept
         following the topics' metadata after the stop and leaked its threads."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
+        self._closed = True  # a batch still probing stops at its next partition
+        # A probe holds the lock for at most one poll (10 s) per partition.
+        if not self._lock.acquire(timeout=60):
+            log.error("direct stream %s: a probe still runs after 60 s; its consumer is "
+                      "left open rather than closed under it", self.stream_id)
+            return
+        try:
+            consumer, self._consumer = self._consumer, None
+            if consumer is not None:
+                consumer.close()
+        finally:
+            self._lock.release()
 
     def _end_offset(self, topic: str, partition: int, at_least: int) -> int:
         """The partition's end now (a batch's until-offset), at least ``at_least``.
@@ -129,6 +153,10 @@ class DirectKafkaInputDStream(DStream):
         ``at_least`` and take the watermark that fetch brought back, instead of
         reading to the end (which, while producers write, chases a moving end).
         """
+        with self._lock:
+            return self._end_offset_locked(topic, partition, at_least)
+
+    def _end_offset_locked(self, topic: str, partition: int, at_least: int) -> int:
         consumer = self._probe()
         tp = TopicPartition(topic, partition)
         # From the previous end, a real offset: on the durable embedded broker a
@@ -151,7 +179,8 @@ class DirectKafkaInputDStream(DStream):
         assert engine is not None
         acked = {(r.topic, r.partition): r.until_offset
                  for r in engine.tracker.positions(self.stream_id)}
-        md = self._probe().list_topics(timeout=30)
+        with self._lock:
+            md = self._probe().list_topics(timeout=30)
         out = {}
         reset = str(self.params.get("auto.offset.reset", "largest")).lower()
         for topic in self.topics:

@@ -19,3 +19,7 @@ class UnknownReceiverError(DriverError):
 
 class JobFailedError(DriverError):
     """A batch job failed; raised from ``awaitTermination`` with the original error text."""
+
+
+class StreamClosedError(DriverError):
+    """A driver-side input stream was used after its context stopped and closed it."""
