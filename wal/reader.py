@@ -23,6 +23,14 @@ from wal.handle import RecordHandle
 log = logging.getLogger(__name__)
 
 FETCH_WAIT_MS = 500
+# Reads by handle: after delivering a record librdkafka at once sends the next Fetch
+# (at the end of the log), which the broker holds for fetch.wait.max.ms; the next
+# read's Fetch queues behind it, so every read cost that wait (500 ms per block,
+# measured). A handle names a record that exists, so a short wait is safe: an empty
+# answer (or a false end of partition from the s3:// engine) is just polled again.
+READ_FETCH_WAIT_MS = 10
+# How long an end of partition must persist before read() calls a handle beyond the end.
+EOF_CONFIRM_S = 1.0
 
 CorruptHandler = Callable[[CorruptRecordError], None]
 
@@ -83,13 +91,15 @@ class WalReader:
         extra_config: dict[str, Any] | None = None,
     ) -> None:
         self._conf = consumer_config(bootstrap_servers, extra_config)
+        self._read_conf = consumer_config(
+            bootstrap_servers, {"fetch.wait.max.ms": READ_FETCH_WAIT_MS, **(extra_config or {})})
         self._timeout_s = timeout_s
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
 
     def _get_consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(self._conf)
+            self._consumer = Consumer(self._read_conf)
         return self._consumer
 
     def close(self) -> None:
@@ -109,11 +119,14 @@ class WalReader:
                 expected = handle.offset
                 deadline = time.monotonic() + self._timeout_s
                 next_check = time.monotonic() + 1.0
+                eof_at: float | None = None
                 while True:
                     if time.monotonic() > deadline:
                         raise WalReadError(
                             f"{where}: no answer within {self._timeout_s}s (broker down?)"
                         )
+                    if eof_at is not None and time.monotonic() - eof_at > EOF_CONFIRM_S:
+                        raise RecordNotFoundError(f"{where}: beyond the end of the log")
                     msg = consumer.poll(0.2)
                     if msg is None:
                         if time.monotonic() > next_check:
@@ -125,7 +138,9 @@ class WalReader:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            raise RecordNotFoundError(f"{where}: beyond the end of the log")
+                            # Beyond the end only if it stays so (see READ_FETCH_WAIT_MS).
+                            eof_at = eof_at if eof_at is not None else time.monotonic()
+                            continue
                         if err.code() in _NOT_FOUND_CODES:
                             raise RecordNotFoundError(f"{where}: not in the log ({err.str()})")
                         if err.retriable() or err.code() == KafkaError._TRANSPORT:
@@ -135,6 +150,7 @@ class WalReader:
                         raise CorruptRecordError(
                             f"{where}: expected offset {expected}, broker gave {msg.offset()}"
                         )
+                    eof_at = None
                     frame = decode_frame(msg.value(), f"{handle.topic}@{msg.offset()}")
                     record = asm.feed(frame, f"{handle.topic}@{msg.offset()}")
                     expected += 1

@@ -28,7 +28,7 @@ from driver.received_block_tracker import ReceivedBlockTracker
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
 KILL_POINTS = [
-    "receiver.after_store_before_report:5",
+    "receiver.after_store_before_report:40",  # after the first checkpoint (50 ms blocks)
     "tracker.after_log_before_apply:7",
     "tracker.after_add_block_before_answer:6",
     "tracker.after_allocation_logged:4",

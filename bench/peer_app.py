@@ -1,0 +1,102 @@
+"""The peer benchmark's word-count app, one file for both systems.
+
+Run by ``bench.peer_bench`` as a subprocess::
+
+    python -c 'import sys, bench.peer_app as a; sys.exit(a.main())' --impl spark|ours \
+        --port P --batch-s 1 --checkpoint DIR --out F
+
+(imported, not ``-m``: both systems pickle the graph into the checkpoint, and the
+output function below is then pickled by reference, with its lock left behind).
+
+The two variants differ only in their import lines, as a user's port would:
+``--impl spark`` is ``pyspark.streaming`` with Spark's receiver write-ahead log
+(``spark.streaming.receiver.writeAheadLog.enable=true``, checkpoint on local disk,
+a non-replicated serialized storage level as Spark's guide recommends with the WAL);
+``--impl ours`` is ``driver`` (blocks in the Kafka WAL of ``KAFKA_BOOTSTRAP_SERVERS``).
+
+Per completed batch one JSON line goes to ``--out``: batch time, records, scheduling,
+processing and total delay (ms), and the words the batch counted (the sum of its
+word counts, which checks that the records went through the whole job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+# Words counted per batch time, filled by the output operation, read by the listener.
+_WORDS: dict[int, int] = {}
+_LOCK = threading.Lock()
+
+
+def _record(t: Any, rdd: Any) -> None:
+    n = rdd.map(lambda kv: kv[1]).sum() if not rdd.isEmpty() else 0
+    with _LOCK:
+        _WORDS[round(t.timestamp() * 1000)] = int(n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--impl", choices=["spark", "ours"], required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--batch-s", type=float, default=1.0)
+    ap.add_argument("--master", default="local[3]")
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    from pyspark import SparkConf, SparkContext, StorageLevel
+
+    if args.impl == "spark":
+        from pyspark.streaming import StreamingContext
+        from pyspark.streaming.listener import StreamingListener
+    else:
+        from driver import StreamingContext, StreamingListener  # type: ignore[assignment]
+
+    conf = (SparkConf().setMaster(args.master).setAppName(f"peer-bench-{args.impl}")
+            .set("spark.ui.enabled", "false")
+            .set("spark.streaming.receiver.writeAheadLog.enable", "true")
+            .set("spark.streaming.stopGracefullyOnShutdown", "false"))
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    ssc = StreamingContext(sc, args.batch_s)
+    ssc.checkpoint(args.checkpoint)
+
+    out = open(args.out, "a", buffering=1)  # noqa: SIM115 (closed at exit)
+
+    class Recorder(StreamingListener):  # type: ignore[misc, valid-type]
+        def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
+            info = batchCompleted.batchInfo()
+            t = int(info.batchTime().milliseconds())
+            with _LOCK:
+                counted = _WORDS.pop(t, 0)
+            out.write(json.dumps({
+                "t": t, "records": int(info.numRecords()),
+                "scheduling_ms": int(info.schedulingDelay()),
+                "processing_ms": int(info.processingDelay()),
+                "total_ms": int(info.totalDelay()), "words": counted}) + "\n")
+
+    ssc.addStreamingListener(Recorder())
+    lines = ssc.socketTextStream("127.0.0.1", args.port, StorageLevel.MEMORY_AND_DISK)
+    counts = (lines.flatMap(lambda line: line.split(" "))
+              .map(lambda w: (w, 1))
+              .reduceByKey(lambda a, b: a + b))
+    counts.foreachRDD(_record)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ssc.start()
+    print("peer app started", file=sys.stderr, flush=True)
+    while not stop.wait(0.5):
+        pass
+    ssc.stop(stopSparkContext=True, stopGraceFully=False)
+    out.close()
+    os._exit(0)  # py4j's callback server thread can keep a PySpark process alive
+
+
+if __name__ == "__main__":
+    sys.exit(main())
