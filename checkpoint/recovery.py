@@ -201,7 +201,15 @@ def restore_state(ssc: StreamingContext, data: CheckpointData) -> None:
         if stream is None:
             log.warning("checkpointed state of %s has no stream in the new graph", entry.stream)
             continue
-        stream._generated[entry.time_ms] = sc._checkpointFile(entry.path, sc.serializer)
+        rdd = sc._checkpointFile(entry.path, sc.serializer)
+        # A checkpoint file read back is not "checkpointed" to Spark (isCheckpointed()
+        # is False), yet it is this stream's state: remember where it lives, so that
+        # checkpoints this run writes before it checkpoints new state still name it.
+        # Without this such a checkpoint listed no state, and a restart from it
+        # recomputed the state from batches that cleanup had already dropped: the
+        # running totals lost every batch before the old state RDD.
+        rdd._walstream_state_path = entry.path
+        stream._generated[entry.time_ms] = rdd
 
 
 def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> CheckpointData:
@@ -213,12 +221,13 @@ def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> Check
             continue
         # A copy: the checkpoint writer's thread clears old RDDs (cleanup after the
         # previous checkpoint) while this runs on the job generator's thread.
-        done = [(ts, rdd) for ts, rdd in list(s._generated.items()) if _checkpointed(rdd)]
+        done = [(ts, path) for ts, rdd in list(s._generated.items())
+                if (path := state_path(rdd)) is not None]
         if done:
-            ts, rdd = max(done, key=lambda x: x[0])
+            ts, path = max(done, key=lambda x: x[0])
             from checkpoint.data import StateRdd
 
-            state.append(StateRdd(s._fingerprint(), ts, str(rdd.getCheckpointFile())))
+            state.append(StateRdd(s._fingerprint(), ts, path))
     engine: Any = ssc._engine
     return CheckpointData(
         checkpoint_time_ms=t, written_wall_ms=int(time.time() * 1000),
@@ -241,8 +250,13 @@ def state_floor(ssc: StreamingContext, data: CheckpointData) -> int | None:
     return min(floors) if floors else None
 
 
-def _checkpointed(rdd: Any) -> bool:
+def state_path(rdd: Any) -> str | None:
+    """Where a state RDD's data is durable: the state restored at start-up, or an
+    RDD whose reliable checkpoint is complete; None while it is not durable."""
+    restored = getattr(rdd, "_walstream_state_path", None)
+    if restored is not None:
+        return str(restored)
     try:
-        return bool(rdd.isCheckpointed())
+        return str(rdd.getCheckpointFile()) if rdd.isCheckpointed() else None
     except Exception:
-        return False
+        return None

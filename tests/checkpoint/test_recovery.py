@@ -12,14 +12,17 @@ from typing import Any
 
 import pytest
 
-from checkpoint.data import CheckpointData
+from checkpoint.data import CheckpointData, StateRdd
 from checkpoint.errors import CheckpointError, IncompatibleGraphError
 from checkpoint.files import write_checkpoint
 from checkpoint.recovery import (
     POLICY_KEY,
     UPGRADE_KEY,
+    build_checkpoint,
     check_compatible,
     get_or_create,
+    restore_state,
+    state_floor,
     times_to_resubmit,
 )
 from driver.dstream import DStream
@@ -295,3 +298,63 @@ def test_get_or_create_refuses_another_checkpoint_dir(tmp_path: Path) -> None:
 def test_get_or_create_needs_a_context(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="StreamingContext"):
         get_or_create(str(tmp_path), lambda: None)  # type: ignore[arg-type,return-value]
+
+
+# -- state RDDs across restarts ------------------------------------------------------
+
+
+class FakeRdd:
+    def __init__(self, path: str, checkpointed: bool) -> None:
+        self._path, self._checkpointed = path, checkpointed
+
+    def isCheckpointed(self) -> bool:  # noqa: N802
+        return self._checkpointed
+
+    def getCheckpointFile(self) -> str:  # noqa: N802
+        return self._path
+
+
+class FakeSparkContext:
+    serializer = None
+
+    def _checkpointFile(self, path: str, serializer: Any) -> FakeRdd:  # noqa: N802
+        return FakeRdd(path, checkpointed=False)  # as PySpark: read back, not "checkpointed"
+
+
+class RestorableContext(FakeContext):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sparkContext = FakeSparkContext()
+        self._engine = None
+        self._graph.zero_ms = 0
+
+    def _pickled_graph(self) -> bytes:
+        return b""
+
+
+def _restored_app() -> tuple[RestorableContext, CheckpointData, FakeStream]:
+    ssc = RestorableContext()
+    _stateful_app(ssc)  # type: ignore[arg-type]
+    state = next(s for s in ssc._graph.streams if s._must_checkpoint)
+    data = make_data(6000, state_rdds=(StateRdd(state._fingerprint(), 4000, "/rdds/rdd-7"),))
+    restore_state(ssc, data)  # type: ignore[arg-type]
+    return ssc, data, state  # type: ignore[return-value]
+
+
+def test_checkpoint_written_after_a_restore_still_names_the_restored_state() -> None:
+    """Chaos run 20261122 (direct): a restart wrote its first checkpoint (the re-run
+    pending batch) before it had checkpointed new state; that checkpoint named no
+    state RDD, so the next restart recomputed state from batches cleanup had dropped
+    and the running totals lost the first two batches (8217 of 8992 words)."""
+    ssc, data, _ = _restored_app()
+    again = build_checkpoint(ssc, 7000, [7000])  # type: ignore[arg-type]
+    assert again.state_rdds == data.state_rdds
+    assert state_floor(ssc, again) == 4000  # type: ignore[arg-type]
+
+
+def test_newer_checkpointed_state_replaces_the_restored_one() -> None:
+    ssc, _, state = _restored_app()
+    state._generated[8000] = FakeRdd("/rdds/rdd-9", checkpointed=True)
+    state._generated[10000] = FakeRdd("/rdds/rdd-11", checkpointed=False)  # not durable yet
+    again = build_checkpoint(ssc, 10000, [10000])  # type: ignore[arg-type]
+    assert again.state_rdds == (StateRdd(state._fingerprint(), 8000, "/rdds/rdd-9"),)
