@@ -45,6 +45,10 @@ bench: setup
 	$(BIN)/python -m bench.wal_bench --size full --out bench/RESULTS-wal.md
 	$(BIN)/python -m bench.ingest_bench --size full
 	$(BIN)/python -m bench.addblock_bench --out bench/RESULTS-addblock.md
+	$(BIN)/python -m bench.peer_bench --size full
+	$(BIN)/python -m bench.recovery_bench --size full
+	$(BIN)/python -m bench.soak_bench --size full
+	$(BIN)/python -m bench.report
 
 # The long chaos soak (the bounded version runs in `make test`). Every knob can be
 # set: make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10

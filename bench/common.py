@@ -6,6 +6,7 @@ or an embedded Tansu broker on 127.0.0.1 that :func:`bench_broker` always stops.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import platform
@@ -297,3 +298,24 @@ def write_results(path: Path, text: str) -> None:
     path.write_text(text + "\n")
     log(f"wrote {path}")
     print(text)
+
+
+def bench_parser(doc: str, sizes: Sequence[str], out: Path) -> argparse.ArgumentParser:
+    """The options every side-by-side benchmark takes: ``--size`` and ``--out``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--size", choices=sorted(sizes), default="small")
+    ap.add_argument("--out", type=Path, default=out)
+    return ap
+
+
+def pyplot() -> Any | None:
+    """matplotlib.pyplot on the Agg backend, or None (logged) when not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib missing (pip install -e '.[bench]'): no plot")
+        return None
+    return plt

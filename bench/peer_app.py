@@ -3,7 +3,12 @@
 Run by ``bench.peer_bench`` as a subprocess::
 
     python -c 'import sys, bench.peer_app as a; sys.exit(a.main())' --impl spark|ours \
-        --port P --batch-s 1 --checkpoint DIR --out F
+        --port P --batch-s 1 --checkpoint DIR --out F [--block-interval-ms MS]
+
+The context comes from ``StreamingContext.getOrCreate(checkpoint, setup)``, so the
+recovery benchmark can SIGKILL the app and start the same command again. While the
+file named by ``PEER_GATE`` exists the output operation waits (a slow sink): batches
+queue up with their blocks, which is how the recovery benchmark builds a backlog.
 
 (imported, not ``-m``: both systems pickle the graph into the checkpoint, and the
 output function below is then pickled by reference, with its lock left behind).
@@ -15,8 +20,9 @@ a non-replicated serialized storage level as Spark's guide recommends with the W
 ``--impl ours`` is ``driver`` (blocks in the Kafka WAL of ``KAFKA_BOOTSTRAP_SERVERS``).
 
 Per completed batch one JSON line goes to ``--out``: batch time, records, scheduling,
-processing and total delay (ms), and the words the batch counted (the sum of its
-word counts, which checks that the records went through the whole job).
+processing and total delay (ms), the words the batch counted (the sum of its
+word counts, which checks that the records went through the whole job), the wall
+clock at completion and the app's process id.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 # Words counted per batch time, filled by the output operation, read by the listener.
@@ -35,6 +42,9 @@ _LOCK = threading.Lock()
 
 
 def _record(t: Any, rdd: Any) -> None:
+    gate = os.environ.get("PEER_GATE", "")
+    while gate and os.path.exists(gate):
+        time.sleep(0.1)
     n = rdd.map(lambda kv: kv[1]).sum() if not rdd.isEmpty() else 0
     with _LOCK:
         _WORDS[round(t.timestamp() * 1000)] = int(n)
@@ -48,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default="local[3]")
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--block-interval-ms", type=int, default=200)
     args = ap.parse_args(argv)
 
     from pyspark import SparkConf, SparkContext, StorageLevel
@@ -58,18 +69,27 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from driver import StreamingContext, StreamingListener  # type: ignore[assignment]
 
-    conf = (SparkConf().setMaster(args.master).setAppName(f"peer-bench-{args.impl}")
-            .set("spark.ui.enabled", "false")
-            .set("spark.streaming.receiver.writeAheadLog.enable", "true")
-            .set("spark.streaming.stopGracefullyOnShutdown", "false"))
-    sc = SparkContext(conf=conf)
-    sc.setLogLevel("ERROR")
-    ssc = StreamingContext(sc, args.batch_s)
-    ssc.checkpoint(args.checkpoint)
+    def setup() -> Any:
+        conf = (SparkConf().setMaster(args.master).setAppName(f"peer-bench-{args.impl}")
+                .set("spark.ui.enabled", "false")
+                .set("spark.streaming.receiver.writeAheadLog.enable", "true")
+                .set("spark.streaming.blockInterval", f"{args.block_interval_ms}ms")
+                .set("spark.streaming.stopGracefullyOnShutdown", "false"))
+        sc = SparkContext(conf=conf)
+        ssc = StreamingContext(sc, args.batch_s)
+        ssc.checkpoint(args.checkpoint)
+        lines = ssc.socketTextStream("127.0.0.1", args.port, StorageLevel.MEMORY_AND_DISK)
+        counts = (lines.flatMap(lambda line: line.split(" "))
+                  .map(lambda w: (w, 1))
+                  .reduceByKey(lambda a, b: a + b))
+        counts.foreachRDD(_record)
+        return ssc
 
+    ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
+    ssc.sparkContext.setLogLevel("ERROR")
     out = open(args.out, "a", buffering=1)  # noqa: SIM115 (closed at exit)
 
-    class Recorder(StreamingListener):  # type: ignore[misc, valid-type]
+    class Recorder(StreamingListener):
         def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
             info = batchCompleted.batchInfo()
             t = int(info.batchTime().milliseconds())
@@ -79,14 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                 "t": t, "records": int(info.numRecords()),
                 "scheduling_ms": int(info.schedulingDelay()),
                 "processing_ms": int(info.processingDelay()),
-                "total_ms": int(info.totalDelay()), "words": counted}) + "\n")
+                "total_ms": int(info.totalDelay()), "words": counted,
+                "wall": time.time(), "pid": os.getpid()}) + "\n")
 
     ssc.addStreamingListener(Recorder())
-    lines = ssc.socketTextStream("127.0.0.1", args.port, StorageLevel.MEMORY_AND_DISK)
-    counts = (lines.flatMap(lambda line: line.split(" "))
-              .map(lambda w: (w, 1))
-              .reduceByKey(lambda a, b: a + b))
-    counts.foreachRDD(_record)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ssc.start()

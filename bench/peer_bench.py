@@ -33,7 +33,6 @@ process started (apps, broker) is stopped at the end, also on failure.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -54,18 +53,20 @@ from typing import Any
 from bench.common import (
     Stat,
     bench_broker,
+    bench_parser,
     exit_on_sigterm,
     log,
     machine_info,
     md_facts,
     md_table,
     percentile,
+    pyplot,
     write_results,
 )
 from walstream.procs import kill_group
 
 ROOT = Path(__file__).resolve().parent.parent
-SIZES = {
+SIZES: dict[str, dict[str, Any]] = {
     # phase_s, first rate, max steps, latency_s, runs
     "small": dict(phase_s=6.0, first_rate=2000, steps=8, latency_s=12.0, runs=1),
     "full": dict(phase_s=12.0, first_rate=2000, steps=14, latency_s=30.0, runs=3),
@@ -169,31 +170,51 @@ class AppRun:
 
 
 class App:
-    """One peer_app subprocess in its own process group (always killed)."""
+    """One peer_app subprocess in its own process group (always killed).
 
-    def __init__(self, impl: str, port: int, bootstrap: str, workdir: Path) -> None:
+    Started again with the same ``impl``, ``port`` and ``workdir`` it is the same
+    app: same checkpoint (``getOrCreate`` restores it), same output file (appended).
+    """
+
+    def __init__(self, impl: str, port: int, bootstrap: str, workdir: Path,
+                 extra_args: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.impl = impl
         self.out = workdir / f"{impl}-{port}.jsonl"
         self.log_path = workdir / f"{impl}-{port}.log"
+        self.checkpoint = workdir / f"cp-{impl}-{port}"
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable, KAFKA_BOOTSTRAP_SERVERS=bootstrap,
-                   WALSTREAM_APP_ID=f"peer-{port}")
+                   WALSTREAM_APP_ID=f"peer-{port}", **(extra_env or {}))
         cmd = [sys.executable, "-c", "import sys, bench.peer_app as a; sys.exit(a.main())",
                "--impl", impl, "--port", str(port), "--batch-s", str(BATCH_S),
-               "--checkpoint", str(workdir / f"cp-{impl}-{port}"), "--out", str(self.out)]
-        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
+               "--checkpoint", str(self.checkpoint), "--out", str(self.out),
+               *(extra_args or [])]
+        self._log = open(self.log_path, "a")  # noqa: SIM115 (closed in stop)
+        self.started_wall = time.time()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def batches(self) -> list[dict[str, Any]]:
-        if not self.out.exists():
+        return self.read_batches(self.out)
+
+    @staticmethod
+    def read_batches(path: Path) -> list[dict[str, Any]]:
+        """The app's per-batch JSON lines (a line being written is skipped)."""
+        if not path.exists():
             return []
         out = []
-        for line in self.out.read_text().splitlines():
+        for line in path.read_text().splitlines():
             try:
                 out.append(json.loads(line))
             except ValueError:
                 continue  # a line being written
         return out
+
+    def kill(self) -> None:
+        """SIGKILL the app, its JVM and its Python workers at once (a crash)."""
+        kill_group(self.proc.pid, grace_s=20)
+        self._log.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -227,7 +248,7 @@ def _wait_connected(server: LineServer, app: App, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not server.connected.wait(0.5):
         if app.proc.poll() is not None:
-            raise RuntimeError(f"{app.proc.args[5]} app exited ({app.proc.returncode}); "
+            raise RuntimeError(f"{app.impl} app exited ({app.proc.returncode}); "
                                f"see {app.log_path}:\n{app.log_path.read_text()[-3000:]}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"the receiver did not connect in {timeout_s}s; see {app.log_path}")
@@ -324,13 +345,8 @@ def _check_counts(run: AppRun) -> tuple[bool, str]:
 
 
 def plot(results: list[Result], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib missing (pip install -e '.[bench]'): no plot")
+    plt = pyplot()
+    if plt is None:
         return False
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     for r in results:
@@ -420,10 +436,8 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", choices=sorted(SIZES), default="small")
+    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-peer.md")
     ap.add_argument("--runs", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS-peer.md")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     runs = args.runs or int(cfg["runs"])

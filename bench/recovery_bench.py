@@ -1,0 +1,294 @@
+"""Recovery benchmark: restart after a driver SIGKILL, against backlog, ours vs Spark.
+
+Usage (from the repo root)::
+
+    python -m bench.recovery_bench [--size small|full] [--runs N] \
+        [--out bench/RESULTS-recovery.md]
+
+Both systems run ``bench/peer_app.py`` (the peer benchmark's word count, context
+from ``StreamingContext.getOrCreate``) on ``local[3]``, 1 s batches, a 100 ms block
+interval (10 blocks, so 10 tasks, per batch: both systems keep up on 2 cores; at
+20 ms, 50 tasks per batch, both fell behind before any backlog was made), from one
+TCP line server. One measurement:
+
+1. **History.** The app runs ``history_s`` seconds at ``RATE`` lines/s, every
+   batch processed as it comes.
+2. **Backlog.** The output operation is made to wait (a slow sink: the file named
+   by ``PEER_GATE`` exists) while the line server goes on for ``backlog / 10``
+   seconds, one block per 100 ms interval: the batches of that time queue up,
+   every block stored in the system's WAL and allocated or waiting to be.
+3. **Crash.** The app's whole process group (Python driver, JVM, Python workers)
+   gets SIGKILL.
+4. **Restart.** The gate is removed and the same command started again; it
+   restores from its checkpoint and replays its WAL (Spark: the receiver and
+   tracker logs in the checkpoint directory; ours: the driver's Kafka WAL).
+   Measured from the restart command: **first batch** (the first batch the new
+   process completes: the recovery proper) and **caught up** (the first
+   completed batch whose time is after the restart command: every batch of the
+   backlog is done).
+
+The backlog in blocks is, for both, the number of block intervals (each with
+data, so each one block) from the last completed batch to the kill; for this
+service it is also read exactly from the tracker state the restart begins from
+(``walstream inspect``: unallocated blocks plus those of unfinished batches).
+Every process started is stopped, also on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    Stat,
+    bench_broker,
+    bench_parser,
+    exit_on_sigterm,
+    log,
+    machine_info,
+    md_facts,
+    md_table,
+    pyplot,
+    write_results,
+)
+from bench.peer_bench import ROOT, App, LineServer, Phase, _label, _wait_connected
+
+BLOCK_MS = 100
+RATE = 2000.0  # lines/s: 200 lines per block, a tenth of both systems' ceiling
+SIZES: dict[str, dict[str, Any]] = {
+    "small": dict(backlogs=[100, 1000], history_s=20.0, runs=1),
+    "full": dict(backlogs=[100, 1000, 10000], history_s=60.0, runs=3),
+}
+RESTART_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Recovery:
+    impl: str
+    backlog_target: int
+    history_s: float
+    nominal_blocks: int = 0  # block intervals from the last completed batch to the kill
+    exact_blocks: int | None = None  # from the tracker state (ours only)
+    backlog_lines: int = 0
+    first_batch_s: float = float("nan")
+    caught_up_s: float = float("nan")
+    batches_rerun: int = 0
+    note: str = ""
+
+
+def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
+    """Blocks a restart of this service must process: unallocated + after ``done_ms``."""
+    from checkpoint.inspect import inspect_checkpoint
+
+    state = inspect_checkpoint(str(checkpoint), bootstrap)["tracker"]
+    blocks = sum(len(q) for q in state["unallocated"].values())
+    for t, per in state["allocated"].items():
+        if int(t) > done_ms:
+            blocks += sum(len(q) for q in per.values())
+    return blocks
+
+
+History = Callable[[App, LineServer], None]
+
+
+def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
+            history_s: float, history: History | None = None) -> Recovery:
+    """Steps 1-4 of the module docstring; ``history`` replaces step 1 (the soak's run)."""
+    res = Recovery(impl, backlog, history_s)
+    server = LineServer()
+    gate = workdir / f"gate-{impl}-{server.port}"
+    env = {"PEER_GATE": str(gate)}
+    extra = ["--block-interval-ms", str(BLOCK_MS)]
+    app = App(impl, server.port, bootstrap, workdir, extra, env)
+    restarted: App | None = None
+    try:
+        _wait_connected(server, app, 120)
+        if history is None:  # 1. history
+            server.run_phase(Phase(RATE), history_s)
+        else:
+            history(app, server)
+        done_ms = max((b["t"] for b in app.batches()), default=0)
+        gate.touch()  # 2. backlog
+        gated = Phase(RATE)
+        server.run_phase(gated, backlog * BLOCK_MS / 1000)
+        res.backlog_lines = gated.sent
+        time.sleep(2 * BLOCK_MS / 1000 + 0.5)  # the last block is stored and reported
+        killed_ms = time.time() * 1000
+        app.kill()  # 3. crash
+        res.nominal_blocks = round((killed_ms - done_ms) / BLOCK_MS)
+        if impl == "ours":
+            res.exact_blocks = ours_backlog_blocks(app.checkpoint, bootstrap, done_ms)
+        gate.unlink()
+        restarted = App(impl, server.port, bootstrap, workdir, extra, env)  # 4. restart
+        t0 = restarted.started_wall
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        pid = restarted.proc.pid
+        while time.monotonic() < deadline:
+            mine = [b for b in restarted.batches() if b.get("pid") == pid]
+            if mine and res.first_batch_s != res.first_batch_s:  # still nan
+                res.first_batch_s = mine[0]["wall"] - t0
+            late = [b for b in mine if b["t"] >= t0 * 1000]
+            if late:
+                res.caught_up_s = late[0]["wall"] - t0
+                res.batches_rerun = sum(1 for b in mine if b["t"] < t0 * 1000)
+                break
+            if restarted.proc.poll() is not None:
+                res.note = f"restarted app exited ({restarted.proc.returncode})"
+                break
+            time.sleep(0.1)
+        else:
+            res.note = f"not caught up in {RESTART_TIMEOUT_S:.0f} s"
+    finally:
+        for a in (app, restarted):
+            if a is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    a.stop()
+        server.close()
+    log(f"{impl}: backlog {res.nominal_blocks} blocks (exact: {res.exact_blocks}) / "
+        f"{res.backlog_lines} lines after "
+        f"{history_s:.0f} s: first batch {res.first_batch_s:.1f} s, caught up "
+        f"{res.caught_up_s:.1f} s ({res.batches_rerun} batches re-run) {res.note}")
+    return res
+
+
+@dataclass
+class Cell:
+    first: list[float] = field(default_factory=list)
+    caught: list[float] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    exact: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _fmt(values: list[float], digits: int = 1) -> str:
+    ok = [v for v in values if v == v]
+    return Stat.of(ok).fmt(digits) if ok else "n/a"
+
+
+def _median(values: list[float]) -> float:
+    ok = [v for v in values if v == v]
+    return statistics.median(ok) if ok else float("nan")
+
+
+def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for impl in ("spark", "ours"):
+        xs = [statistics.median(cells[(impl, b)].blocks) for b in backlogs]
+        for key, style in (("first", "-o"), ("caught", "--s")):
+            ys = [_median(getattr(cells[(impl, b)], key)) for b in backlogs]
+            what = "first batch" if key == "first" else "caught up"
+            ax.plot(xs, ys, style, label=f"{_label(impl)}: {what}")
+    ax.set_xscale("log")
+    ax.set_xlabel("backlog at the SIGKILL (blocks)")
+    ax.set_ylabel("seconds from the restart command")
+    ax.set_title("Driver SIGKILL, restart with getOrCreate (medians)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[str, Any],
+           facts: dict[str, str], size: str, runs: int, elapsed: float,
+           plotted: str | None) -> str:
+    rows = []
+    verdicts = []
+    for b in backlogs:
+        a, o = cells[("spark", b)], cells[("ours", b)]
+        ratio = _median(o.first) / _median(a.first)
+        exact = f" (exact {statistics.median(o.exact):,.0f})" if o.exact else ""
+        rows.append([f"{b:,}", f"{statistics.median(a.blocks):,.0f} / "
+                     f"{statistics.median(o.blocks):,.0f}{exact}",
+                     _fmt(a.first), _fmt(o.first), f"{ratio:.2f}",
+                     _fmt(a.caught), _fmt(o.caught)])
+        verdicts.append(f"- backlog {b:,}: first batch (b)/(a) = **{ratio:.2f}** "
+                        f"(target <= 0.5): **{'met' if ratio <= 0.5 else 'missed'}**")
+    notes = [f"- {impl} backlog {b}: {n}" for (impl, b), c in cells.items() for n in c.notes]
+    lines = [
+        "# Recovery benchmark: driver SIGKILL and getOrCreate, against backlog", "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
+        f"`python -m bench.recovery_bench --size {size} --runs {runs}` ({elapsed:.0f} s in "
+        "all). Cells: **median [min, max]** seconds from the restart command.", "",
+        "## Machine", "", md_facts(facts), "",
+        "## Configuration", "",
+        md_facts({
+            "App": "`bench/peer_app.py` (the peer benchmark's word count) with "
+                   "`StreamingContext.getOrCreate`; (a) pyspark.streaming with the receiver "
+                   "WAL, (b) walstream",
+            "Spark": f"local[3], batch {1} s, block interval {BLOCK_MS} ms, checkpoint "
+                     "directory on local disk",
+            "History": f"{cfg['history_s']:.0f} s at {RATE:.0f} lines/s before the backlog",
+            "Backlog": "the output operation waits (slow sink) while lines flow on for "
+                       f"backlog x {BLOCK_MS} ms; then SIGKILL of the app's process group",
+            "Backlog blocks": f"for both: {BLOCK_MS} ms block intervals (each with data) "
+                              "from the last completed batch to the kill; for (b) also "
+                              "the exact count in the tracker state the restart begins "
+                              "with (unallocated blocks and those of unfinished batches)",
+            "First batch": "restart command -> first batch completed by the new process",
+            "Caught up": "restart command -> first completed batch whose time is after "
+                         "the restart (the whole backlog processed)",
+        }), "",
+        "## Results", "",
+        md_table(["Backlog (blocks)", "Blocks (a) / (b)", "(a) Spark first batch (s)",
+                  "(b) walstream first batch (s)", "(b)/(a)", "(a) Spark caught up (s)",
+                  "(b) walstream caught up (s)"], rows), "",
+        *verdicts, "",
+    ]
+    if plotted:
+        lines += [f"![recovery against backlog]({plotted})", ""]
+    if notes:
+        lines += ["## Notes", "", *notes, ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-recovery.md")
+    ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--backlogs", type=int, nargs="*", default=None)
+    args = ap.parse_args(argv)
+    cfg = dict(SIZES[args.size])
+    runs = args.runs or int(cfg["runs"])
+    backlogs = args.backlogs or list(cfg["backlogs"])
+    exit_on_sigterm()
+    started = time.monotonic()
+    cells = {(impl, b): Cell() for impl in ("spark", "ours") for b in backlogs}
+    workdir = Path(tempfile.mkdtemp(prefix="walstream-recovery-"))
+    try:
+        with bench_broker() as broker:
+            facts = machine_info(broker.description)
+            for i in range(runs):
+                for b in backlogs:
+                    for impl in ("spark", "ours"):  # interleaved: drift hits both alike
+                        log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
+                        r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"])
+                        c = cells[(impl, b)]
+                        c.first.append(r.first_batch_s)
+                        c.caught.append(r.caught_up_s)
+                        c.blocks.append(r.nominal_blocks)
+                        if r.exact_blocks is not None:
+                            c.exact.append(r.exact_blocks)
+                        if r.note:
+                            c.notes.append(r.note)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    png = args.out.parent / "recovery-backlog.png"
+    plotted = png.name if plot(cells, backlogs, png) else None
+    write_results(args.out, render(cells, backlogs, cfg, facts, args.size, runs,
+                                   time.monotonic() - started, plotted))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Soak benchmark: memory over a long run, then recovery after that long history.
+
+Usage (from the repo root)::
+
+    python -m bench.soak_bench [--size small|full] [--rate LINES_PER_S] \
+        [--out bench/RESULTS-soak.md]
+
+This service's word count (``bench/peer_app.py``, ``--impl ours``: local[3], 1 s
+batches, a 100 ms block interval) reads ``--rate`` lines/s (by default half of the
+rate the peer benchmark found sustained here) for ``minutes`` minutes. Every
+``SAMPLE_S`` seconds the resident memory (VmRSS) of each part is sampled: the
+Python driver, its JVM, the sum of the Python workers (every other process in
+the app's process group), and the embedded broker.
+
+Growth is the mean of the last tenth of the samples over the mean of the first
+minute after warm-up (``warmup_min``), minus one; the target is < 10% per part.
+
+At the end the soak becomes a recovery measurement (``bench.recovery_bench``
+steps 2-4): a backlog of 1,000 blocks, SIGKILL, restart with getOrCreate, so its
+restart time after the long history can be set beside the same backlog after one
+minute (RESULTS-recovery.md): recovery must not grow with run length. The plot
+shows memory over the run and lines/s per batch around the kill.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    bench_broker,
+    bench_parser,
+    exit_on_sigterm,
+    log,
+    machine_info,
+    md_facts,
+    md_table,
+    pyplot,
+    rss_mib,
+    write_results,
+)
+from bench.peer_bench import ROOT, App, LineServer, Phase
+from bench.recovery_bench import BLOCK_MS, Recovery, measure
+
+SIZES: dict[str, dict[str, Any]] = {
+    "small": dict(minutes=3.0, warmup_min=1.0),
+    "full": dict(minutes=30.0, warmup_min=5.0),
+}
+SAMPLE_S = 10.0
+BACKLOG = 1000
+PARTS = ("driver (Python)", "driver JVM", "Python workers", "broker")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Process ids whose process group is ``pgid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:  # state, ppid, pgrp
+            out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
+    """MiB per part; a part with no process reads 0."""
+    parts = dict.fromkeys(PARTS, 0.0)
+    for pid in group_members(app_pid):
+        mib = rss_mib(pid) or 0.0
+        if pid == app_pid:
+            parts["driver (Python)"] += mib
+        elif "java" in _cmdline(pid).split(" ")[0]:
+            parts["driver JVM"] += mib
+        else:
+            parts["Python workers"] += mib
+    if broker_pid:
+        parts["broker"] = rss_mib(broker_pid) or 0.0
+    return parts
+
+
+@dataclass
+class Soak:
+    rate: float
+    samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    sent: int = 0
+    achieved: float = 0.0
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    recovery: Recovery | None = None
+    kill_wall: float = 0.0
+
+
+def growth(soak: Soak, part: str, warmup_s: float) -> tuple[float, float, float]:
+    """(baseline MiB, end MiB, growth): first minute after warm-up vs the last tenth."""
+    after = [(t, s[part]) for t, s in soak.samples if t >= warmup_s]
+    if len(after) < 4:
+        raise ValueError("too few samples after warm-up")
+    base = [v for t, v in after if t < warmup_s + 60] or [after[0][1]]
+    tail = [v for _, v in after[-max(2, len(after) // 10):]]
+    b, e = statistics.mean(base), statistics.mean(tail)
+    return b, e, (e / b - 1) if b else float("nan")
+
+
+def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
+        rate: float) -> Soak:
+    soak = Soak(rate)
+    seconds = float(cfg["minutes"]) * 60
+
+    def history(app: App, server: LineServer) -> None:
+        t0 = time.monotonic()
+        first = Phase(rate)
+        first.start = time.time()
+        while time.monotonic() - t0 < seconds:
+            ph = Phase(rate)
+            server.run_phase(ph, SAMPLE_S)
+            soak.sent += ph.sent
+            soak.samples.append((time.monotonic() - t0, sample(app.proc.pid, broker_pid)))
+            if len(soak.samples) % 6 == 0:
+                last = soak.samples[-1][1]
+                log(f"soak {soak.samples[-1][0] / 60:.1f} min: " +
+                    ", ".join(f"{k} {v:.0f} MiB" for k, v in last.items()))
+        soak.achieved = soak.sent / max(1e-9, time.time() - first.start)
+        soak.batches = app.batches()
+
+    soak.recovery = measure("ours", bootstrap, workdir, BACKLOG, seconds, history)
+    outs = sorted(workdir.glob("ours-*.jsonl"))
+    if outs:
+        soak.batches = App.read_batches(outs[-1])
+    return soak
+
+
+def plot(soak: Soak, warmup_s: float, path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7))
+    xs = [t / 60 for t, _ in soak.samples]
+    for part in PARTS:
+        ax1.plot(xs, [s[part] for _, s in soak.samples], label=part)
+    ax1.axvline(warmup_s / 60, color="grey", linestyle=":", label="end of warm-up")
+    ax1.set_xlabel("minutes")
+    ax1.set_ylabel("RSS (MiB)")
+    ax1.set_title(f"walstream word count at {soak.rate:.0f} lines/s: resident memory")
+    ax1.legend(fontsize=8)
+    if soak.batches:
+        tail_from = soak.batches[-1]["wall"] - 240
+        pts = [b for b in soak.batches if b["wall"] >= tail_from]
+        t_end = soak.batches[-1]["wall"]
+        ax2.plot([b["wall"] - t_end for b in pts], [b["records"] / 1.0 for b in pts], ".-")
+        ax2.set_xlabel("seconds before the last batch (completion time)")
+        ax2.set_ylabel("lines per completed batch")
+        ax2.set_title("Around the kill: slow sink (backlog), SIGKILL, restart, catch-up")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def render(soak: Soak, cfg: dict[str, Any], facts: dict[str, str], size: str,
+           elapsed: float, plotted: str | None) -> str:
+    warmup_s = float(cfg["warmup_min"]) * 60
+    rows, verdicts = [], []
+    for part in PARTS:
+        if part == "broker" and not any(s[part] for _, s in soak.samples):
+            continue
+        b, e, g = growth(soak, part, warmup_s)
+        peak = max(s[part] for _, s in soak.samples)
+        rows.append([part, f"{b:.0f}", f"{e:.0f}", f"{peak:.0f}", f"{g * 100:+.1f}%"])
+        verdicts.append(f"- {part}: {g * 100:+.1f}% (target < 10%): "
+                        f"**{'met' if g < 0.10 else 'missed'}**")
+    r = soak.recovery
+    lines = [
+        "# Soak benchmark: memory over a long run, recovery after it", "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
+        f"`python -m bench.soak_bench --size {size} --rate {soak.rate:.0f}` "
+        f"({elapsed:.0f} s in all). One run.", "",
+        "## Machine", "", md_facts(facts), "",
+        "## Configuration", "",
+        md_facts({
+            "App": "`bench/peer_app.py --impl ours` (word count), local[3], 1 s batches, "
+                   f"{BLOCK_MS} ms block interval",
+            "Load": f"{soak.rate:.0f} lines/s offered, {soak.achieved:.0f}/s sent "
+                    f"({soak.sent:,} lines, about 95 B each) for {cfg['minutes']:.0f} min",
+            "Sampling": f"VmRSS every {SAMPLE_S:.0f} s; warm-up {cfg['warmup_min']:.0f} min; "
+                        "growth = mean of the last tenth / mean of the first minute after "
+                        "warm-up - 1",
+        }), "",
+        "## Memory", "",
+        md_table(["Part", "After warm-up (MiB)", "End (MiB)", "Peak (MiB)", "Growth"], rows),
+        "", *verdicts, "",
+    ]
+    if r is not None:
+        lines += [
+            "## Recovery after the long history", "",
+            f"Backlog {r.nominal_blocks:,} blocks (exact {r.exact_blocks}; "
+            f"{r.backlog_lines:,} lines) after "
+            f"{cfg['minutes']:.0f} min: first batch **{r.first_batch_s:.1f} s** after the "
+            f"restart command, caught up after **{r.caught_up_s:.1f} s** "
+            f"({r.batches_rerun} batches re-run). {r.note} Compare with the same backlog "
+            "after one minute in [RESULTS-recovery.md](RESULTS-recovery.md).", ""]
+    if plotted:
+        lines += [f"![memory and the kill]({plotted})", ""]
+    return "\n".join(lines)
+
+
+def default_rate() -> float:
+    """Half of this service's sustained rate in RESULTS-peer.md, else 4000 lines/s."""
+    path = ROOT / "bench" / "RESULTS-peer.md"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.startswith("| (b)"):
+                cell = line.split("|")[2].strip().split(" ")[0]
+                try:
+                    return float(cell) / 2
+                except ValueError:
+                    break
+    return 4000.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-soak.md")
+    ap.add_argument("--rate", type=float, default=None)
+    args = ap.parse_args(argv)
+    cfg = dict(SIZES[args.size])
+    rate = args.rate or default_rate()
+    exit_on_sigterm()
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="walstream-soak-"))
+    try:
+        with bench_broker() as broker:
+            facts = machine_info(broker.description)
+            soak = run(broker.bootstrap, broker.pid, workdir, cfg, rate)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    png = args.out.parent / "soak.png"
+    plotted = png.name if plot(soak, float(cfg["warmup_min"]) * 60, png) else None
+    write_results(args.out, render(soak, cfg, facts, args.size,
+                                   time.monotonic() - started, plotted))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
