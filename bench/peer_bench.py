@@ -413,17 +413,24 @@ def _label(impl: str) -> str:
             "ours": "(b) walstream (Kafka WAL)"}[impl]
 
 
+def _stat(values: list[float]) -> Stat:
+    """Over the runs that measured it (a run with no sustained rate has no latency)."""
+    measured = [v for v in values if v == v]
+    return Stat.of(measured) if measured else Stat(float("nan"), float("nan"),
+                                                       float("nan"), 0)
+
+
 def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
            size: str, elapsed: float, plotted: str | None) -> str:
     by = {r.impl: r for r in results}
     a, b = by["spark"], by["ours"]
     ra, rb = Stat.of(a.rates), Stat.of(b.rates)
-    pa, pb = Stat.of(a.p99), Stat.of(b.p99)
+    pa, pb = _stat(a.p99), _stat(b.p99)
     thr_ratio = rb.median / ra.median if ra.median else float("nan")
     rows = []
     for r in (a, b):
         rows.append([_label(r.impl), Stat.of(r.rates).fmt(0),
-                     Stat.of(r.p50).fmt(0), Stat.of(r.p99).fmt(0),
+                     _stat(r.p50).fmt(0), _stat(r.p99).fmt(0),
                      "yes" if all(r.counted_ok) else "NO: " + "; ".join(r.notes)])
     lines = [
         "# Peer benchmark: Spark's own receiver WAL vs walstream", "",
