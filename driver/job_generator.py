@@ -12,7 +12,13 @@ An event loop (one thread, bounded queue) handles, as Spark's does:
   (DESIGN.md invariant 5); without checkpointing, clean at once.
 
 A failed allocation write leaves the blocks queued for the next batch; the
-batch runs with what it was given (nothing). Nothing here blocks the timer.
+batch runs with what it was given (nothing).
+
+The event queue is bounded. A full queue blocks the poster (the timer, or the
+scheduler reporting a completion) until the loop catches up: that is the
+backpressure, and no event is ever dropped, so every batch time is generated
+once and every completion is checkpointed and cleaned. Only a stopping
+generator abandons a blocked post (its batch times then belong to the restart).
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class JobGenerator:
         self._loop = threading.Thread(target=self._run, name="job-generator", daemon=True)
         self.last_generated_ms: int | None = None
         self._generated = threading.Condition()
+        self._stopping = threading.Event()
 
     def start(self, first_time_ms: int | None = None) -> int:
         """Start the loop and the timer; returns the first batch time."""
@@ -74,11 +81,23 @@ class JobGenerator:
     def _on_tick(self, t: int) -> None:
         self._post("generate", t)
 
-    def _post(self, kind: str, payload: Any) -> None:
-        try:
-            self._events.put((kind, payload), timeout=self.batch_interval_ms / 1000 * 10)
-        except queue.Full:
-            log.error("job generator event queue full; %s %s dropped", kind, payload)
+    def _post(self, kind: str, payload: Any) -> bool:
+        """Queue an event, waiting while the queue is full; False only when stopping."""
+        waited_s = 0.0
+        while True:
+            try:
+                self._events.put((kind, payload), timeout=0.5)
+                return True
+            except queue.Full:
+                waited_s += 0.5
+                if self._stopping.is_set() and kind != "stop":
+                    log.warning("job generator stopping; %s %s not queued", kind, payload)
+                    return False
+                if kind == "stop" and not self._loop.is_alive():
+                    return False
+                if waited_s >= self.batch_interval_ms / 1000 * 10 and waited_s % 10 < 0.5:
+                    log.warning("job generator event queue full for %.0f s; %s %s waits",
+                                waited_s, kind, payload)
 
     def on_batch_completed(self, info: BatchInfo) -> None:
         """Wire this to JobScheduler(on_batch_completed=...)."""
@@ -155,6 +174,8 @@ class JobGenerator:
             while not drain() and time.monotonic() < deadline:
                 time.sleep(self.batch_interval_ms / 1000 / 4)
             self.wait_for_batch_after(self.last_generated_ms, max(0.0, deadline - time.monotonic()))
+        if drain is None:
+            self._stopping.set()  # a timer blocked on a full queue gives up its tick
         next_time = self._timer.stop()
         if drain is not None:
             # Graceful, as Spark's stop(processAllReceivedData = true): let the batches

@@ -347,6 +347,64 @@ def test_an_error_generating_jobs_is_reported_and_later_batches_run() -> None:
 # -- RecurringTimer ------------------------------------------------------------------------
 
 
+def test_a_full_event_queue_holds_the_timer_back_and_drops_no_batch() -> None:
+    # Two queue slots and a first batch that hangs 1.5 s (longer than the old
+    # 10-interval drop timeout): the timer's ticks wait for room, none is lost.
+    release = threading.Event()
+    generated: list[int] = []
+
+    def generate(t: int) -> list[Job]:
+        generated.append(t)
+        if len(generated) == 1:
+            release.wait(5)
+        return []
+
+    tracker = ReceivedBlockTracker([0], MemoryWriteAheadLog())
+    scheduler = JobScheduler(ListenerBus())
+    gen = JobGenerator(tracker, INTERVAL, generate, scheduler, max_events=2)
+    try:
+        first = gen.start((int(time.time() * 1000) // INTERVAL - 20) * INTERVAL)
+        time.sleep(1.5)
+        assert len(generated) == 1  # the loop is stuck in the first batch
+        release.set()
+        assert wait_until(lambda: len(generated) >= 30)
+        n = len(generated)
+        assert generated[:n] == list(range(first, first + n * INTERVAL, INTERVAL))
+    finally:
+        release.set()
+        started = time.monotonic()
+        gen.stop(timeout_s=2)
+        assert time.monotonic() - started < 3.0
+        scheduler.stop(wait_for_jobs=False)
+
+
+def test_stop_releases_a_timer_blocked_on_a_full_queue() -> None:
+    release = threading.Event()
+
+    def generate(t: int) -> list[Job]:
+        release.wait(10)
+        return []
+
+    tracker = ReceivedBlockTracker([0], MemoryWriteAheadLog())
+    scheduler = JobScheduler(ListenerBus())
+    gen = JobGenerator(tracker, INTERVAL, generate, scheduler, max_events=1)
+    try:
+        gen.start((int(time.time() * 1000) // INTERVAL - 20) * INTERVAL)
+        time.sleep(0.3)  # loop stuck, queue full, timer blocked in its post
+        started = time.monotonic()
+        stopper = threading.Thread(target=gen.stop, kwargs={"timeout_s": 2})
+        stopper.start()
+        time.sleep(0.7)
+        release.set()  # the loop drains the queued tick, then sees "stop"
+        stopper.join(5)
+        assert not stopper.is_alive()
+        assert time.monotonic() - started < 3.0
+        assert not gen._timer._thread.is_alive()
+    finally:
+        release.set()
+        scheduler.stop(wait_for_jobs=False)
+
+
 class FakeClock:
     def __init__(self, now_s: float) -> None:
         self.now_s = now_s
