@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.data import CheckpointData
@@ -175,9 +175,17 @@ def check_compatible(ssc: StreamingContext, data: CheckpointData) -> None:
         f"added {added}; {hint}")
 
 
-def times_to_resubmit(data: CheckpointData, first_new_ms: int, policy: str) -> list[int]:
-    """Pending batches plus the ones missed while down, by the down-time policy."""
+def times_to_resubmit(data: CheckpointData, first_new_ms: int, policy: str,
+                      allocated: Iterable[int] = ()) -> list[int]:
+    """Pending batches plus the ones missed while down, by the down-time policy.
+
+    ``allocated`` are the batch times the replayed tracker holds blocks for. One
+    after the checkpoint's time was allocated (logged) before the crash but its
+    checkpoint never became durable: it is pending in fact, whatever the policy
+    (skipping it would leave its blocks allocated to a batch that never runs).
+    """
     missed = list(range(data.checkpoint_time_ms + data.batch_ms, first_new_ms, data.batch_ms))
+    logged = {t for t in allocated if data.checkpoint_time_ms < t < first_new_ms}
     if policy == "skip":
         chosen: list[int] = []
     elif policy == "coalesce":
@@ -186,6 +194,7 @@ def times_to_resubmit(data: CheckpointData, first_new_ms: int, policy: str) -> l
         chosen = missed
     else:
         raise CheckpointError(f"{POLICY_KEY} must be all, coalesce or skip, not {policy!r}")
+    chosen = sorted(set(chosen) | logged)
     if len(missed) != len(chosen):
         log.warning("down-time policy %s: %d missed batches, %d resubmitted", policy,
                     len(missed), len(chosen))
