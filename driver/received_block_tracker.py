@@ -129,9 +129,13 @@ class ReceivedBlockTracker:
             for stream_id, infos in blocks.items():
                 queue = self._unallocated.setdefault(stream_id, OrderedDict())
                 for info in infos:
-                    queue.pop(info.block_id, None)  # exactly the named blocks
+                    queued = queue.pop(info.block_id, None) is not None  # exactly these
+                    if not queued and info.block_id in self._known:
+                        # Known but not queued: in an earlier batch (whose allocation
+                        # write had failed). Checked only then: scanning every batch
+                        # for every block made a replay quadratic in the backlog.
+                        self._take_from_earlier_batch(t, stream_id, info.block_id)
                     self._known.add(info.block_id)
-                    self._take_from_earlier_batch(t, stream_id, info.block_id)
             self._allocated[t] = blocks
             if self._last_allocated is None or t > self._last_allocated:
                 self._last_allocated = t

@@ -32,6 +32,8 @@ READ_FETCH_WAIT_MS = 10
 # How long an end of partition must persist before read() calls a handle beyond the end.
 EOF_CONFIRM_S = 1.0
 
+_OUT_OF_RANGE_CODES = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+
 CorruptHandler = Callable[[CorruptRecordError], None]
 
 _NOT_FOUND_CODES = {
@@ -75,6 +77,22 @@ def _topic_missing(consumer: Consumer, topic: str) -> bool:
     except Exception:
         return False  # no answer: let the caller's timeout decide
     return topic not in md.topics
+
+
+def _at_high_watermark(consumer: Consumer, topic: str, partition: int, offset: int) -> bool:
+    """True when ``offset`` is the last record the latest Fetch response reported.
+
+    The Fetch response's high watermark is right on every broker tried (unlike
+    ListOffsets' on Tansu), and it is as good an end as the EOF event, which is
+    a snapshot too; but the EOF only comes from one more Fetch, which the broker
+    holds for fetch.wait.max.ms (500 ms per segment, a third of a replay).
+    """
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                    cached=True)
+    except Exception:
+        return False  # no cached answer: wait for the EOF
+    return high is not None and high > 0 and offset + 1 >= high
 
 
 def default_corrupt_handler(err: CorruptRecordError) -> None:
@@ -182,7 +200,13 @@ class WalReader:
         report = on_corrupt or default_corrupt_handler
         consumer = Consumer(self._conf)
         try:
-            consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            # From offset 0, not OFFSET_BEGINNING: segment topics are never trimmed
+            # from the front (a clean deletes them whole), and resolving "beginning"
+            # cost a ListOffsets wait of about fetch.wait.max.ms per segment (500 ms,
+            # measured: a third of a driver's replay). A log whose head was trimmed
+            # anyway (retention on a real cluster) falls back to the beginning below.
+            consumer.assign([TopicPartition(topic, partition, 0)])
+            from_zero = True
             asm = Reassembler()
             first_offset = -1
             idle_since = time.monotonic()
@@ -205,11 +229,16 @@ class WalReader:
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         break
+                    if from_zero and err.code() in _OUT_OF_RANGE_CODES:
+                        from_zero = False
+                        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+                        continue
                     if err.code() in _NOT_FOUND_CODES:
                         break  # cleaned while we read: nothing more to yield
                     if err.retriable() or err.code() == KafkaError._TRANSPORT:
                         continue
                     raise WalReadError(f"{topic}: {err.str()}")
+                from_zero = False
                 offset = int(msg.offset() or 0)
                 where = f"{topic}@{offset}"
                 try:
@@ -227,6 +256,8 @@ class WalReader:
                 ts = int(msg.timestamp()[1])
                 if ts >= min_time_ms:
                     yield record, ts, first_offset, offset - first_offset + 1
+                if _at_high_watermark(consumer, topic, partition, offset):
+                    break
             if asm.pending:
                 log.info("WAL: %s ends with an incomplete record from %s "
                          "(its write never returned); skipped", topic, asm.reset())
