@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--block-interval-ms", type=int, default=200)
     args = ap.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("WALSTREAM_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from pyspark import SparkConf, SparkContext, StorageLevel
 
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
+    logging.getLogger("peer_app").info("context ready")
     ssc.sparkContext.setLogLevel("ERROR")
     out = open(args.out, "a", buffering=1)  # noqa: SIM115 (closed at exit)
 
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ssc.start()
+    logging.getLogger("peer_app").info("context started")
     print("peer app started", file=sys.stderr, flush=True)
     while not stop.wait(0.5):
         pass

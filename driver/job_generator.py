@@ -76,7 +76,7 @@ class JobGenerator:
     def resubmit(self, times: list[int]) -> None:
         """Generate jobs for times missed or pending before a restart (in order)."""
         for t in sorted(times):
-            self._post("generate", t)
+            self._post("regenerate", t)
 
     def _on_tick(self, t: int) -> None:
         self._post("generate", t)
@@ -111,6 +111,8 @@ class JobGenerator:
                     return
                 if kind == "generate":
                     self._generate(payload)
+                elif kind == "regenerate":
+                    self._generate(payload, checkpoint=False)
                 elif kind == "completed":
                     self._completed(payload)
                 elif kind == "call":
@@ -118,7 +120,7 @@ class JobGenerator:
             except Exception:
                 log.exception("job generator: %s %s failed", kind, payload)
 
-    def _generate(self, t: int) -> None:
+    def _generate(self, t: int, checkpoint: bool = True) -> None:
         if self.before_allocate is not None:
             # Driver-side inputs (direct Kafka streams) log what batch t will read.
             self.before_allocate(t)
@@ -136,7 +138,11 @@ class JobGenerator:
             self.scheduler.report_error(f"Error generating jobs for time {t}", exc)
             return
         self.scheduler.submit_job_set(jobs, t, records)
-        if self.checkpointer is not None:
+        if checkpoint and self.checkpointer is not None:
+            # A resubmitted time skips this checkpoint: the restored checkpoint already
+            # makes it re-run (pending, or after its time), and every later checkpoint
+            # is written after t was submitted, so lists it as pending until it
+            # completes. Writing ~100 of them at once slowed the first recovered batch.
             self.checkpointer(t, None)
         with self._generated:
             self.last_generated_ms = t

@@ -28,6 +28,7 @@ from driver.durations import to_ms
 from driver.engine import EngineConfig, StreamingEngine
 from driver.graph import DStreamGraph
 from driver.listener import StreamingListener
+from driver.warm_up import warm_up_workers
 from walstream.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ class StreamingContext:
             # is what state and inverse windows need; ssc.checkpoint() sets it too.
             self._graph.validate(self._checkpoint_dir or self._sc.getCheckpointDir())
             conf = self._conf()
+            warm_up_workers(self._sc, conf)  # overlaps the WAL replay below
             receivers = {s.stream_id: s.receiver for s in self._graph.streams
                          if isinstance(s, ReceiverInputDStream)}
             cfg = EngineConfig.from_spark_conf(
@@ -212,7 +214,8 @@ class StreamingContext:
                 from checkpoint.recovery import POLICY_KEY, restore_state, times_to_resubmit
 
                 restore_state(self, data)
-                resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"))
+                resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"),
+                                             self._engine.tracker.allocated_batch_times())
             self._engine.start(first, resubmit=resubmit)
             self._state = "active"
             StreamingContext._active = self

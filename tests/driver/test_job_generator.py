@@ -271,6 +271,29 @@ def test_resubmit_generates_past_times_in_order_with_their_logged_blocks() -> No
         h.close()
 
 
+def test_resubmitted_times_are_checkpointed_at_completion_only() -> None:
+    # The restored checkpoint already re-runs them; a generate-time checkpoint per
+    # resubmitted batch only competed with the first recovered batch for the CPU.
+    calls: list[tuple[int, bool]] = []
+
+    def checkpointer(t: int, on_done: Callable[[], None] | None) -> None:
+        calls.append((t, on_done is None))
+        if on_done is not None:
+            on_done()
+
+    h = Harness(checkpointer=checkpointer)
+    try:
+        h.gen.resubmit([1000, 2000])
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        h.gen.start(far)
+        assert wait_until(lambda: len(h.completed_times()) == 2)
+        assert wait_until(lambda: len(calls) == 2)
+        assert calls == [(1000, False), (2000, False)]  # completion checkpoints only
+        assert h.cleaned == [1000, 2000]
+    finally:
+        h.close()
+
+
 def test_stop_with_drain_keeps_generating_until_drained() -> None:
     h = Harness(job_s=0.15)  # batches still running when the drain holds
     try:
