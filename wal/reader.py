@@ -31,6 +31,12 @@ FETCH_WAIT_MS = 500
 READ_FETCH_WAIT_MS = 10
 # How long an end of partition must persist before read() calls a handle beyond the end.
 EOF_CONFIRM_S = 1.0
+# Tansu's s3:// engine answers such short Fetches with nothing while the segment is
+# being written to (the chaos run's block reads timed out after 60 s): a read that
+# gets nothing within this bound goes on with fetch.wait.max.ms = FETCH_WAIT_MS, and
+# this process keeps doing so for that cluster.
+FAST_READ_GIVE_UP_S = 1.0
+_SLOW_READ_CLUSTERS: set[str] = set()
 
 _OUT_OF_RANGE_CODES = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
 
@@ -112,75 +118,106 @@ class WalReader:
         self._read_conf = consumer_config(
             bootstrap_servers, {"fetch.wait.max.ms": READ_FETCH_WAIT_MS, **(extra_config or {})})
         self._timeout_s = timeout_s
-        self._consumer: Consumer | None = None
+        self._cluster = bootstrap_servers
+        self._consumer: Consumer | None = None  # short fetch wait
+        self._slow_consumer: Consumer | None = None  # normal fetch wait
         self._lock = threading.Lock()
 
-    def _get_consumer(self) -> Consumer:
-        if self._consumer is None:
+    def _get_consumer(self, slow: bool) -> Consumer:
+        if slow and self._slow_consumer is None:
+            self._slow_consumer = Consumer(self._conf)
+        if not slow and self._consumer is None:
             self._consumer = Consumer(self._read_conf)
-        return self._consumer
+        consumer = self._slow_consumer if slow else self._consumer
+        assert consumer is not None
+        return consumer
 
     def close(self) -> None:
         with self._lock:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            for consumer in (self._consumer, self._slow_consumer):
+                if consumer is not None:
+                    consumer.close()
+            self._consumer = self._slow_consumer = None
 
     def read(self, handle: RecordHandle) -> tuple[bytes, int]:
-        """Return ``(record bytes, record time ms)`` stored at ``handle``."""
+        """Return ``(record bytes, record time ms)`` stored at ``handle``.
+
+        First with a short Fetch wait (see READ_FETCH_WAIT_MS); when that brings
+        nothing within FAST_READ_GIVE_UP_S, with the normal wait, which every
+        broker answers truthfully. Raises WalReadError after ``timeout_s`` in all.
+        """
         where = f"{handle.topic}[{handle.partition}]@{handle.offset}"
+        deadline = time.monotonic() + self._timeout_s
         with self._lock:
-            consumer = self._get_consumer()
-            consumer.assign([TopicPartition(handle.topic, handle.partition, handle.offset)])
-            try:
-                asm = Reassembler()
-                expected = handle.offset
-                deadline = time.monotonic() + self._timeout_s
-                next_check = time.monotonic() + 1.0
-                eof_at: float | None = None
-                while True:
-                    if time.monotonic() > deadline:
-                        raise WalReadError(
-                            f"{where}: no answer within {self._timeout_s}s (broker down?)"
-                        )
-                    if eof_at is not None and time.monotonic() - eof_at > EOF_CONFIRM_S:
-                        raise RecordNotFoundError(f"{where}: beyond the end of the log")
-                    msg = consumer.poll(0.2)
-                    if msg is None:
-                        if time.monotonic() > next_check:
-                            # An assign() to a deleted topic waits silently: ask.
-                            next_check = time.monotonic() + 1.0
-                            if _topic_missing(consumer, handle.topic):
-                                raise RecordNotFoundError(f"{where}: topic was cleaned")
+            if self._cluster not in _SLOW_READ_CLUSTERS:
+                got = self._read(handle, where, slow=False,
+                                 give_up=min(deadline, time.monotonic() + FAST_READ_GIVE_UP_S))
+                if got is not None:
+                    return got
+                got = self._read(handle, where, slow=True, give_up=deadline)
+                if got is not None:
+                    # The short wait hid a record that exists: not for this cluster.
+                    log.info("WAL: %s: found only with a %d ms fetch wait; reading with it "
+                             "from now on", where, FETCH_WAIT_MS)
+                    _SLOW_READ_CLUSTERS.add(self._cluster)
+            else:
+                got = self._read(handle, where, slow=True, give_up=deadline)
+            if got is None:
+                raise WalReadError(f"{where}: no answer within {self._timeout_s}s (broker down?)")
+            return got
+
+    def _read(self, handle: RecordHandle, where: str, slow: bool,
+              give_up: float) -> tuple[bytes, int] | None:
+        """One attempt; None when ``give_up`` passed without the whole record."""
+        consumer = self._get_consumer(slow)
+        consumer.assign([TopicPartition(handle.topic, handle.partition, handle.offset)])
+        try:
+            asm = Reassembler()
+            expected = handle.offset
+            next_check = time.monotonic() + 1.0
+            eof_at: float | None = None
+            while True:
+                if time.monotonic() > give_up:
+                    return None
+                if slow and eof_at is not None and time.monotonic() - eof_at > EOF_CONFIRM_S:
+                    # Only a normal-wait Fetch's end is believed (see FAST_READ_GIVE_UP_S).
+                    raise RecordNotFoundError(f"{where}: beyond the end of the log")
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    if time.monotonic() > next_check:
+                        # An assign() to a deleted topic waits silently: ask.
+                        next_check = time.monotonic() + 1.0
+                        if _topic_missing(consumer, handle.topic):
+                            raise RecordNotFoundError(f"{where}: topic was cleaned")
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # Beyond the end only if it stays so (see READ_FETCH_WAIT_MS).
+                        eof_at = eof_at if eof_at is not None else time.monotonic()
                         continue
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            # Beyond the end only if it stays so (see READ_FETCH_WAIT_MS).
-                            eof_at = eof_at if eof_at is not None else time.monotonic()
-                            continue
-                        if err.code() in _NOT_FOUND_CODES:
-                            raise RecordNotFoundError(f"{where}: not in the log ({err.str()})")
-                        if err.retriable() or err.code() == KafkaError._TRANSPORT:
-                            continue
-                        raise WalReadError(f"{where}: {err.str()}")
-                    if msg.offset() != expected:
+                    if err.code() in _NOT_FOUND_CODES:
+                        raise RecordNotFoundError(f"{where}: not in the log ({err.str()})")
+                    if err.retriable() or err.code() == KafkaError._TRANSPORT:
+                        continue
+                    raise WalReadError(f"{where}: {err.str()}")
+                if msg.offset() != expected:
+                    raise CorruptRecordError(
+                        f"{where}: expected offset {expected}, broker gave {msg.offset()}"
+                    )
+                eof_at = None
+                frame = decode_frame(msg.value(), f"{handle.topic}@{msg.offset()}")
+                record = asm.feed(frame, f"{handle.topic}@{msg.offset()}")
+                expected += 1
+                if record is not None:
+                    if expected - handle.offset != handle.chunks:
                         raise CorruptRecordError(
-                            f"{where}: expected offset {expected}, broker gave {msg.offset()}"
+                            f"{where}: handle says {handle.chunks} chunks, record has "
+                            f"{expected - handle.offset}"
                         )
-                    eof_at = None
-                    frame = decode_frame(msg.value(), f"{handle.topic}@{msg.offset()}")
-                    record = asm.feed(frame, f"{handle.topic}@{msg.offset()}")
-                    expected += 1
-                    if record is not None:
-                        if expected - handle.offset != handle.chunks:
-                            raise CorruptRecordError(
-                                f"{where}: handle says {handle.chunks} chunks, record has "
-                                f"{expected - handle.offset}"
-                            )
-                        return record, int(msg.timestamp()[1])
-            finally:
-                consumer.unassign()
+                    return record, int(msg.timestamp()[1])
+        finally:
+            consumer.unassign()
 
     def read_segment(
         self,

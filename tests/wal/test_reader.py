@@ -84,3 +84,49 @@ def test_a_segment_is_read_from_offset_0_and_a_trimmed_head_falls_back_to_the_be
     got = [(rec, first) for rec, _ts, first, _n in r.read_segment("seg")]
     assert got == [(b"rec-5", 5), (b"rec-6", 6)]
     assert made[0].assigned == [0, OFFSET_BEGINNING]
+
+
+class ShortWaitHidesRecords:
+    """Tansu s3:// while a segment is written: a short-wait Fetch brings nothing."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.short = conf["fetch.wait.max.ms"] < 100
+        self._queue: list[_Msg] = []
+
+    def assign(self, tps: list[Any]) -> None:
+        if not self.short:
+            self._queue = [_Msg(encode_record(b"block-7", 1 << 20)[0], tps[0].offset)]
+
+    def poll(self, timeout: float) -> _Msg | None:
+        return self._queue.pop(0) if self._queue else None
+
+    def list_topics(self, timeout: float) -> Any:
+        return type("Md", (), {"topics": {"seg": None}})()
+
+    def unassign(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_read_that_a_short_fetch_wait_hides_falls_back_to_the_normal_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from wal.handle import RecordHandle
+
+    made: list[ShortWaitHidesRecords] = []
+
+    def factory(conf: dict[str, Any]) -> ShortWaitHidesRecords:
+        made.append(ShortWaitHidesRecords(conf))
+        return made[-1]
+
+    monkeypatch.setattr(reader_mod, "Consumer", factory)
+    monkeypatch.setattr(reader_mod, "_SLOW_READ_CLUSTERS", set())
+    r = reader_mod.WalReader("s3-tansu:1", timeout_s=10)
+    data, _ts = r.read(RecordHandle("seg", 0, 7))
+    assert data == b"block-7"
+    assert [c.short for c in made] == [True, False]
+    # This process now reads that cluster with the normal wait at once.
+    r2 = reader_mod.WalReader("s3-tansu:1", timeout_s=10)
+    assert r2.read(RecordHandle("seg", 0, 8))[0] == b"block-7"
+    assert [c.short for c in made] == [True, False, False]

@@ -239,7 +239,10 @@ class App:
                  str(self.out), "--source", self.source, "--sink", self.sink,
                  "--mode", self.cfg.mode, "--expected", str(self.expected_words)],
                 env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                start_new_session=True)
+                start_new_session=True,
+                # A test runner killed from outside (a CI timeout) leaves no driver
+                # behind; its JVM and workers follow the driver.
+                preexec_fn=procs.die_with_parent)
         self.started_at = time.time()
 
     def alive(self) -> bool:
