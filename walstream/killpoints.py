@@ -5,6 +5,14 @@ n-th time the point is reached, default 1). Unarmed, ``kill_point`` costs one
 dict lookup. Recovery tests then read like specs: "die after the allocation is
 logged, restart, and the replayed state equals the state before the kill".
 
+A running application can also be armed without a restart: start it with
+``WALSTREAM_KILL_POINT_FILE=<path>`` (every process it starts inherits the
+variable, Spark's Python workers included) and later write ``<name>[:<n>]``
+into that file. The n-th crossing of the point after the file appeared, in any
+process, kills that process; it removes the file first, so one armed file
+fires exactly once across the driver and its workers (the chaos harness uses
+this: a point fault costs one restart instead of two).
+
 Names in use (each documented where it is placed):
 
 * ``receiver.after_store_before_report``  -- block in the WAL, driver not told
@@ -24,27 +32,80 @@ import sys
 import threading
 
 ENV = "WALSTREAM_KILL_POINT"
+FILE_ENV = "WALSTREAM_KILL_POINT_FILE"
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
+# The armed file's (mtime_ns, content) seen last, and the crossings counted since.
+_file_seen: tuple[int, str] | None = None
+_file_counts: dict[str, int] = {}
 
 
-def _armed() -> tuple[str, int] | None:
-    raw = os.environ.get(ENV, "").strip()
+def _parse(raw: str) -> tuple[str, int] | None:
+    raw = raw.strip()
     if not raw:
         return None
     name, _, n = raw.partition(":")
     return name, int(n) if n.isdigit() else 1
 
 
-def kill_point(name: str) -> None:
-    """SIGKILL this process if ``name`` is armed and reached for the n-th time."""
-    armed = _armed()
-    if armed is None or armed[0] != name:
-        return
-    with _lock:
-        _counts[name] = _counts.get(name, 0) + 1
-        if _counts[name] != armed[1]:
-            return
+def _armed() -> tuple[str, int] | None:
+    return _parse(os.environ.get(ENV, ""))
+
+
+def _die(name: str) -> None:
     sys.stderr.write(f"walstream: kill point {name} reached: SIGKILL\n")
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _file_armed(path: str, name: str) -> bool:
+    """True when the armed file names ``name`` and this is its n-th crossing."""
+    global _file_seen
+    try:
+        st = os.stat(path)
+        if _file_seen is not None and _file_seen[0] == st.st_mtime_ns:
+            raw = _file_seen[1]
+        else:
+            with open(path) as f:
+                raw = f.read()
+    except OSError:
+        return False  # not armed (or disarmed by the process that fired it)
+    spec = _parse(raw)
+    if spec is None or spec[0] != name:
+        return False
+    with _lock:
+        if _file_seen != (st.st_mtime_ns, raw):  # newly armed: count from here
+            _file_seen = (st.st_mtime_ns, raw)
+            _file_counts.clear()
+        _file_counts[name] = _file_counts.get(name, 0) + 1
+        if _file_counts[name] != spec[1]:
+            return False
+    try:
+        os.unlink(path)  # fire once: no other process dies at the same arming
+    except FileNotFoundError:
+        return False  # another process fired it first
+    return True
+
+
+def kill_point(name: str) -> None:
+    """SIGKILL this process if ``name`` is armed and reached for the n-th time."""
+    armed = _armed()
+    if armed is not None and armed[0] == name:
+        with _lock:
+            _counts[name] = _counts.get(name, 0) + 1
+            fire = _counts[name] == armed[1]
+        if fire:
+            _die(name)
+        return
+    path = os.environ.get(FILE_ENV)
+    if path and _file_armed(path, name):
+        _die(name)
+
+
+def arm_file(path: str | os.PathLike[str], name: str, n: int = 1) -> None:
+    """Arm ``name`` for the processes started with ``WALSTREAM_KILL_POINT_FILE=path``
+    (written atomically: a reader never sees half a name)."""
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{name}:{n}")
+    os.replace(tmp, path)

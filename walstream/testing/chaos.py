@@ -19,8 +19,13 @@ run can be replayed):
    SIGKILL of the whole driver group (Python, JVM, workers) then a restart with
    ``getOrCreate``; SIGKILL of a receiver's worker process (the driver
    relaunches it); SIGKILL of the broker, down for ``--broker-down-s``, then
-   restarted; with ``--kill-points``, one run per named kill point (the process
-   dies there by itself, armed through ``WALSTREAM_KILL_POINT``).
+   restarted; with ``--kill-points``, each named kill point once: the running
+   application is armed through ``WALSTREAM_KILL_POINT_FILE`` and the process
+   that reaches the point (driver or receiver worker) dies there by itself.
+   The feeder releases the records in one tranche per fault, so data still
+   flows at the last fault however slow the restarts are (a kill point on the
+   block path fires only when blocks arrive: its tranche is released when it is
+   armed).
 4. After every driver death: ``walstream inspect`` of the dead driver's state,
    compared with the state the restarted driver recovers (it writes it to
    ``WALSTREAM_RECOVERED_STATE_FILE`` before its first batch).
@@ -53,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from receiver.rate_receiver import generated_line
-from walstream import broker, procs
+from walstream import broker, killpoints, procs
 from walstream.testing.chaos_app import MAX_VALUE_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,6 +165,23 @@ class Feeder(threading.Thread):
         self.failed: list[str] = []
         self.done = threading.Event()
         self._lock = threading.Lock()
+        self._gate = threading.Condition()
+        self._allowed = cfg.records  # records it may produce so far (see allow)
+
+    def allow(self, n: int) -> None:
+        """Let the feeder produce up to ``n`` records (it waits at the limit)."""
+        with self._gate:
+            self._allowed = min(self.cfg.records, max(self._allowed, n))
+            self._gate.notify_all()
+
+    def _wait_allowed(self, i: int) -> bool:
+        """Wait until record ``i`` may be produced; True if it had to wait."""
+        with self._gate:
+            if i < self._allowed:
+                return False
+            while i >= self._allowed:
+                self._gate.wait(1.0)
+            return True
 
     def run(self) -> None:
         from confluent_kafka import Producer
@@ -173,6 +195,9 @@ class Feeder(threading.Thread):
         n_bad = 0
         try:
             for i in range(self.cfg.records):
+                if self._wait_allowed(i):
+                    producer.flush(30)
+                    start = time.monotonic() - i / self.cfg.rate  # pace from now on
                 line = generated_line(self.cfg.seed, i)
                 producer.produce(self.topic, b"v1|" + line.encode(),
                                  on_delivery=self._delivered(line))
@@ -223,15 +248,18 @@ class App:
         self.started_at = 0.0
         self.restarts = 0
 
-    def start(self, kill_point: str = "") -> None:
+    @property
+    def kill_point_file(self) -> Path:
+        return self.work / "kill-point"
+
+    def start(self) -> None:
         env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=self.bootstrap,
                    SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYTHONPATH=str(ROOT))
-        env.pop("WALSTREAM_KILL_POINT", None)
+        env.pop(killpoints.ENV, None)
+        env[killpoints.FILE_ENV] = str(self.kill_point_file)
         if self.master:
             env["WALSTREAM_SPARK_MASTER"] = self.master
-        if kill_point:
-            env["WALSTREAM_KILL_POINT"] = kill_point
         env["WALSTREAM_RECOVERED_STATE_FILE"] = str(self.work / f"recovered-{self.restarts}.json")
         with open(self.work / "app.log", "ab") as err:  # the child keeps its own copy
             self.proc = subprocess.Popen(
@@ -380,23 +408,34 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         expected_words = sum(len(generated_line(cfg.seed, i).split())
                              for i in range(cfg.records))
         faults = _plan(cfg, rng)
-        if cfg.rate <= 0:  # feed while the faults happen: gaps plus ~15 s per restart
-            restarts = sum(1 for f in faults if f != "receiver" and f != "broker") + \
-                sum(1 for f in faults if f.startswith("point:"))
-            span = len(faults) * sum(cfg.fault_gap_s) / 2 + 15 * restarts + \
-                cfg.broker_kills * cfg.broker_down_s
-            cfg.rate = max(20.0, cfg.records / max(span, 10.0))
+        if cfg.rate <= 0:  # each fault's tranche flows over about one gap
+            cfg.rate = max(20.0, cfg.records / (len(faults) + 1) / (sum(cfg.fault_gap_s) / 2))
         log(f"seed {cfg.seed}, mode {cfg.mode}, {cfg.records} records at {cfg.rate:.0f}/s, "
             f"work dir {work}, faults {faults}")
         feeder = Feeder(bootstrap, source, cfg)
+        # One tranche of records before the first fault and one per fault.
+        tranches = len(faults) + 1
+        released = [1]
+        feeder.allow(cfg.records // tranches)
+
+        def release() -> None:
+            released[0] += 1
+            assert feeder is not None
+            feeder.allow(cfg.records * released[0] // tranches)
+
         feeder.start()
         app = App(work, bootstrap, source, sink, cfg, expected_words, master)
         app.start()
         _wait(lambda: app is not None and app.batches_since(0), 180, "the first batch")
         result.rss_mib.append(app.rss_mib())
         for fault in faults:
+            on_block_path = fault.startswith("point:") and fault[6:] in RECEIVER_ONLY_POINTS
+            if not on_block_path:
+                release()
             time.sleep(rng.uniform(*cfg.fault_gap_s))
-            _fault(fault, app, cfg, home, bootstrap, result)
+            _fault(fault, app, cfg, home, bootstrap, result,
+                   release if on_block_path else None)
+        feeder.allow(cfg.records)
         _wait(lambda: feeder is not None and feeder.done.is_set(), cfg.timeout_s, "the feeder")
         _wait(lambda: (app.out / "done").exists(), cfg.timeout_s, "the totals to reach the input")
         done_at = time.time()
@@ -416,16 +455,13 @@ def run(cfg: ChaosConfig) -> ChaosResult:
     return result
 
 
-def _restart_and_compare(app: App, bootstrap: str, result: ChaosResult,
-                         kill_point: str = "") -> None:
+def _restart_and_compare(app: App, bootstrap: str, result: ChaosResult) -> None:
     """Step 4, then a restart; the recovery time is restart -> first batch."""
     before = _inspect(app.ckpt, bootstrap)
     app.restarts += 1
     recovered = app.work / f"recovered-{app.restarts}.json"
     started = time.time()
-    app.start(kill_point)
-    if kill_point:
-        return
+    app.start()
     _wait(lambda: bool(app.batches_since(started)), 300, "the first batch after a restart")
     result.recoveries_s.append(app.batches_since(started)[0]["wall"] - started)
     if before is not None and recovered.exists():
@@ -436,7 +472,7 @@ def _restart_and_compare(app: App, bootstrap: str, result: ChaosResult,
 
 
 def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
-           result: ChaosResult) -> None:
+           result: ChaosResult, release: Any = None) -> None:
     if fault == "driver":
         log("SIGKILL the driver group")
         app.kill()
@@ -472,30 +508,38 @@ def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
         time.sleep(cfg.broker_down_s)
         broker.start(home, state.port, durable=True, attached=True)
     elif fault.startswith("point:"):
-        point = fault.split(":", 1)[1]
-        log(f"restart armed with kill point {point}")
-        app.kill()
-        _restart_and_compare(app, bootstrap, result, kill_point=f"{point}:2")
-        if point == "receiver.after_store_before_report":
-            # A receiver worker dies there and the driver relaunches it (armed
-            # again, the variable is inherited); then restart the driver unarmed.
-            seen = app.receiver_worker_pid()
-            try:
-                _wait(lambda: app.receiver_worker_pid() not in (seen, -1), 120,
-                      "the receiver to die at its kill point and be relaunched")
-            except TimeoutError:
-                result.problems.append(f"kill point {point} never fired")
-        else:
-            try:
-                _wait(lambda: not app.alive(), 120, f"the driver to die at {point}")
-            except TimeoutError:
-                result.problems.append(f"kill point {point} never fired")
-        result.kills["kill_point"] += 1
-        app.kill()  # what is left of the group (the JVM, workers)
-        _restart_and_compare(app, bootstrap, result)
+        _kill_point_fault(fault.split(":", 1)[1], app, bootstrap, result, release)
     if not app.alive():
         raise RuntimeError(f"the application died after the fault {fault}; see "
                            f"{app.work / 'app.log'}")
+
+
+def _kill_point_fault(point: str, app: App, bootstrap: str, result: ChaosResult,
+                      release: Any) -> None:
+    """Arm ``point`` in the running application; whichever of its processes
+    reaches it first dies there. A receiver worker is relaunched by the driver;
+    a driver is restarted with getOrCreate and its recovered state compared."""
+    arm = app.kill_point_file
+    seen = app.receiver_worker_pid()
+    log(f"arm kill point {point}")
+    killpoints.arm_file(arm, point)
+    if release is not None:
+        release()  # the blocks that will cross it
+    try:
+        _wait(lambda: not arm.exists(), 180, f"kill point {point} to fire")
+        if point == "receiver.after_store_before_report":
+            _wait(lambda: app.receiver_worker_pid() not in (seen, -1), 120,
+                  f"the receiver that died at {point} to be relaunched")
+        else:
+            _wait(lambda: not app.alive(), 30, f"the driver to die at {point}")
+    except TimeoutError as exc:
+        arm.unlink(missing_ok=True)
+        result.problems.append(f"kill point {point}: {exc}")
+        return
+    result.kills["kill_point"] += 1
+    if point != "receiver.after_store_before_report":
+        app.kill()  # what is left of the group (the JVM, workers)
+        _restart_and_compare(app, bootstrap, result)
 
 
 def _verify(app: App, feeder: Feeder, bootstrap: str, sink: str, result: ChaosResult) -> None:
