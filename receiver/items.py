@@ -68,15 +68,45 @@ def encode_pair(key: bytes | str | None, value: bytes | str | None) -> bytes:
     return b"k" + _pair_branch(key) + _pair_branch(value)
 
 
+def _utf8_branch(x: bytes | None) -> bytes:
+    if x is None:
+        return b"\x00"
+    x.decode("utf-8")  # validates: raises UnicodeDecodeError, as utf8_decoder would
+    n = len(x)
+    return b"\x04" + (_SMALL_LENGTHS[n] if n < 64 else _avro_length(n)) + x
+
+
+def encode_utf8_pair(key: bytes | None, value: bytes | None) -> bytes:
+    """``encode_pair(key.decode(), value.decode())`` without decoding to ``str`` and
+    encoding back: the Kafka receiver's default (UTF-8) path, once per record.
+    Raises ``UnicodeDecodeError`` for bytes that are not UTF-8."""
+    return b"k" + _utf8_branch(key) + _utf8_branch(value)
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_PAIR_PART = (bytes, str)
+
+
 def encode_item(item: Any) -> bytes:
-    if isinstance(item, bytes | bytearray | memoryview):
-        return b"b" + bytes(item)
-    if isinstance(item, str):
+    # Runs once per received record: exact-type checks first and no generator
+    # (the generic form of the pair check cost ~5 us per record, 5x the encoding).
+    kind = type(item)
+    if kind is bytes:
+        return b"b" + item
+    if kind is str:
         return b"s" + item.encode("utf-8", "surrogatepass")
-    if (
-        isinstance(item, tuple)
-        and len(item) == 2
-        and all(x is None or isinstance(x, bytes | str) for x in item)
+    if kind is tuple and len(item) == 2:
+        key, value = item
+        if (key is None or isinstance(key, _PAIR_PART)) and (
+            value is None or isinstance(value, _PAIR_PART)
+        ):
+            return encode_pair(key, value)
+    elif isinstance(item, _BYTES_LIKE):
+        return b"b" + bytes(item)
+    elif isinstance(item, str):
+        return b"s" + item.encode("utf-8", "surrogatepass")
+    elif isinstance(item, tuple) and len(item) == 2 and all(
+        x is None or isinstance(x, _PAIR_PART) for x in item
     ):
         return encode_pair(item[0], item[1])
     try:

@@ -21,6 +21,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 
 from receiver.block import SourceRange
 from receiver.errors import BlockGeneratorStoppedError
+from receiver.items import encode_utf8_pair
 from receiver.receiver import Receiver
 from walstream.errors import ConfigError
 
@@ -125,6 +126,10 @@ class KafkaReceiver(Receiver):
         assert consumer is not None
         stopped = self.stopped_event()
         key_decoder, value_decoder = self.key_decoder, self.value_decoder
+        # The default decoders: build each stored item straight from the UTF-8
+        # bytes (validated, never decoded to str and encoded back).
+        raw_utf8 = key_decoder is utf8_decoder and value_decoder is utf8_decoder
+        supervisor = self.supervisor
         try:
             while not stopped.is_set():
                 self._commit_reported(consumer)
@@ -149,7 +154,10 @@ class KafkaReceiver(Receiver):
                     else:
                         r[1] = offset + 1
                     try:
-                        items.append((key_decoder(msg.key()), value_decoder(msg.value())))
+                        if raw_utf8:
+                            items.append(encode_utf8_pair(msg.key(), msg.value()))
+                        else:
+                            items.append((key_decoder(msg.key()), value_decoder(msg.value())))
                     except Exception as exc:  # an undecodable payload: report, skip, go on
                         self.undecodable += 1
                         self.reportError(
@@ -158,8 +166,12 @@ class KafkaReceiver(Receiver):
                     continue
                 # One block holds the whole batch, so the batch's positions are
                 # acknowledged only after all of its records are stored (invariant 2).
-                self.storeMany(items, tuple(
-                    SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(ranges.items())))
+                source = tuple(
+                    SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(ranges.items()))
+                if raw_utf8:
+                    supervisor.push_many_encoded(items, source)
+                else:
+                    self.storeMany(items, source)
                 for key, (_, hi) in ranges.items():
                     self._next_offsets[key] = hi
         except BlockGeneratorStoppedError:

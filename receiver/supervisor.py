@@ -252,19 +252,27 @@ class ReceiverSupervisor:
     def _encode(self, item: Any) -> bytes | None:
         try:
             data = encode_item(item)
-            if len(data) > self.config.max_record_bytes:
-                raise BadRecordError(
-                    f"record of {len(data)} bytes exceeds max_record_bytes="
-                    f"{self.config.max_record_bytes}"
-                )
-            return data
         except BadRecordError as exc:
-            self.bad_records += 1
-            self.report_error("bad record skipped", exc)
-            if self.config.bad_record_policy == "fail":
-                self.stop(str(exc), exc)
-                raise
+            self._bad_record(exc)
             return None
+        return self._checked(data)
+
+    def _checked(self, data: bytes) -> bytes | None:
+        if len(data) > self.config.max_record_bytes:
+            self._bad_record(BadRecordError(
+                f"record of {len(data)} bytes exceeds max_record_bytes="
+                f"{self.config.max_record_bytes}"))
+            return None
+        return data
+
+    def _bad_record(self, exc: BadRecordError) -> None:
+        """Report and count a record that cannot be stored; under the ``fail``
+        policy stop the receiver and raise, else the caller skips it."""
+        self.bad_records += 1
+        self.report_error("bad record skipped", exc)
+        if self.config.bad_record_policy == "fail":
+            self.stop(str(exc), exc)
+            raise exc
 
     def push_single(self, item: Any, metadata: Any = None) -> None:
         data = self._encode(item)
@@ -283,6 +291,15 @@ class ReceiverSupervisor:
         """
         encoded = [d for d in (self._encode(i) for i in items) if d is not None]
         self.generator.add_multiple_data(encoded, metadata)
+
+    def push_many_encoded(self, records: list[bytes], metadata: Any = None) -> None:
+        """:meth:`push_many` for items already in their stored encoding
+        (:mod:`receiver.items`), as the Kafka receiver's default path builds them;
+        only the size limit is checked."""
+        limit = self.config.max_record_bytes
+        if any(len(r) > limit for r in records):
+            records = [d for d in (self._checked(r) for r in records) if d is not None]
+        self.generator.add_multiple_data(records, metadata)
 
     def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
         failed = self.error or self.generator.failed

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from receiver.errors import BadRecordError, ReceiverError
-from receiver.items import decode_item, encode_item
+from receiver.items import decode_item, encode_item, encode_utf8_pair
 
 
 @pytest.mark.parametrize(
@@ -123,3 +123,17 @@ def test_hand_written_pair_encoding_is_fastavros(pair: Any) -> None:
 def test_pair_string_that_is_not_utf8_is_a_bad_record() -> None:
     with pytest.raises(BadRecordError, match="UTF-8"):
         encode_item(("key", "lone surrogate \ud800"))
+
+
+@pytest.mark.parametrize("key", [None, b"", b"k", "\u00e9t\u00e9".encode(), b"x" * 64, b"y" * 300])
+@pytest.mark.parametrize("value", [None, b"", b"v" * 63, b"w" * 64, b"z" * 70_000])
+def test_utf8_pair_is_the_pair_of_decoded_strings(key: bytes | None, value: bytes | None) -> None:
+    as_str = tuple(None if x is None else x.decode() for x in (key, value))
+    assert encode_utf8_pair(key, value) == encode_item(as_str)
+    assert decode_item(encode_utf8_pair(key, value)) == as_str
+
+
+@pytest.mark.parametrize("pair", [(b"\xff", b"ok"), (None, b"bad \xc3")])
+def test_utf8_pair_refuses_bytes_that_are_not_utf8(pair: tuple[bytes | None, bytes]) -> None:
+    with pytest.raises(UnicodeDecodeError):
+        encode_utf8_pair(*pair)

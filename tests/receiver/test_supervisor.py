@@ -20,6 +20,7 @@ from receiver.errors import (
     ReceiverError,
     ReceiverRefusedError,
 )
+from receiver.items import encode_utf8_pair
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.conftest import (
     WAIT_S,
@@ -519,3 +520,23 @@ def test_await_termination_returns_once_everything_is_pushed(
     assert reporter.reported_items() == list(range(20))
     assert reporter.call_names()[-1] == "deregister"
     assert receiver.stops == 1
+
+
+def test_pre_encoded_items_skip_oversize_and_keep_positions(
+    make_sup: Callable[..., Any], reporter: FakeReporter
+) -> None:
+    # The Kafka receiver's default path hands over items already encoded.
+    pairs = [(None, "a"), (None, "x" * 100), ("k", "b")]
+    encoded = [encode_utf8_pair(None if k is None else k.encode(), v.encode())
+               for k, v in pairs]
+
+    def script(r: ScriptReceiver) -> None:
+        r.supervisor.push_many_encoded(encoded, SourceRange("src", 0, 0, 3))
+
+    sup, receiver = make_sup(script, max_record_bytes=64)
+    run_to_end(sup, receiver)
+    assert reporter.reported_items() == [(None, "a"), ("k", "b")]
+    assert sup.bad_records == 1
+    assert any("max_record_bytes" in e for _, e in reporter.errors)
+    assert merged(ranges_of(reporter.blocks)) == [SourceRange("src", 0, 0, 3)]
+    assert_acks_follow_reports(reporter, receiver)
