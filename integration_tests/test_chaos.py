@@ -39,7 +39,7 @@ RUNS = {
 # Measured 2026-11-23 on 2 cores, the three in one pytest run: receiver 231 s,
 # direct 142 s, cluster 128 s (8.4 min), all exact. Kill points are armed in the
 # running application (a point costs one restart, not two) and the feeder holds a
-# tranche of records for each fault, so a point on the block path always has blocks.
+# reserve of records for each block-path point until it is armed, so it has blocks.
 ONLY = os.environ.get("WALSTREAM_CHAOS_ONLY", "")
 
 

@@ -22,10 +22,9 @@ run can be replayed):
    restarted; with ``--kill-points``, each named kill point once: the running
    application is armed through ``WALSTREAM_KILL_POINT_FILE`` and the process
    that reaches the point (driver or receiver worker) dies there by itself.
-   The feeder releases the records in one tranche per fault, so data still
-   flows at the last fault however slow the restarts are (a kill point on the
-   block path fires only when blocks arrive: its tranche is released when it is
-   armed).
+   A kill point on the block path fires only when blocks arrive, so the
+   feeder holds back a reserve of records for each one and releases it when
+   the point is armed, however slow the restarts before it were.
 4. After every driver death: ``walstream inspect`` of the dead driver's state,
    compared with the state the restarted driver recovers (it writes it to
    ``WALSTREAM_RECOVERED_STATE_FILE`` before its first batch).
@@ -157,7 +156,8 @@ def _bad_record(rng: random.Random, i: int) -> bytes:
 class Feeder(threading.Thread):
     """Step 2: seeded source records at a fixed rate; counts what was acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, cfg: ChaosConfig) -> None:
+    def __init__(self, bootstrap: str, topic: str, cfg: ChaosConfig,
+                 first_tranche: int | None = None) -> None:
         super().__init__(name="chaos-feeder", daemon=True)
         self.bootstrap, self.topic, self.cfg = bootstrap, topic, cfg
         self.expected: Counter[str] = Counter()
@@ -166,7 +166,8 @@ class Feeder(threading.Thread):
         self.done = threading.Event()
         self._lock = threading.Lock()
         self._gate = threading.Condition()
-        self._allowed = cfg.records  # records it may produce so far (see allow)
+        # Records it may produce so far: all, or a first tranche (then see allow).
+        self._allowed = cfg.records if first_tranche is None else first_tranche
 
     def allow(self, n: int) -> None:
         """Let the feeder produce up to ``n`` records (it waits at the limit)."""
@@ -174,14 +175,17 @@ class Feeder(threading.Thread):
             self._allowed = min(self.cfg.records, max(self._allowed, n))
             self._gate.notify_all()
 
-    def _wait_allowed(self, i: int) -> bool:
-        """Wait until record ``i`` may be produced; True if it had to wait."""
+    def _wait_allowed(self, i: int, producer: Any) -> bool:
+        """Wait until record ``i`` may be produced (what was produced is flushed
+        first, so it is acknowledged and counted); True if it had to wait."""
         with self._gate:
             if i < self._allowed:
                 return False
+        producer.flush(30)
+        with self._gate:
             while i >= self._allowed:
                 self._gate.wait(1.0)
-            return True
+        return True
 
     def run(self) -> None:
         from confluent_kafka import Producer
@@ -195,8 +199,7 @@ class Feeder(threading.Thread):
         n_bad = 0
         try:
             for i in range(self.cfg.records):
-                if self._wait_allowed(i):
-                    producer.flush(30)
+                if self._wait_allowed(i, producer):
                     start = time.monotonic() - i / self.cfg.rate  # pace from now on
                 line = generated_line(self.cfg.seed, i)
                 producer.produce(self.topic, b"v1|" + line.encode(),
@@ -365,6 +368,10 @@ def _wait(cond: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _on_block_path(fault: str) -> bool:
+    return fault.startswith("point:") and fault[6:] in RECEIVER_ONLY_POINTS
+
+
 def _plan(cfg: ChaosConfig, rng: random.Random) -> list[str]:
     faults = ["driver"] * cfg.driver_kills + ["receiver"] * (
         cfg.receiver_kills if cfg.mode == "receiver" else 0) + ["broker"] * cfg.broker_kills \
@@ -408,20 +415,21 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         expected_words = sum(len(generated_line(cfg.seed, i).split())
                              for i in range(cfg.records))
         faults = _plan(cfg, rng)
-        if cfg.rate <= 0:  # each fault's tranche flows over about one gap
+        if cfg.rate <= 0:  # feed while the faults happen (about one gap per fault)
             cfg.rate = max(20.0, cfg.records / (len(faults) + 1) / (sum(cfg.fault_gap_s) / 2))
         log(f"seed {cfg.seed}, mode {cfg.mode}, {cfg.records} records at {cfg.rate:.0f}/s, "
             f"work dir {work}, faults {faults}")
-        feeder = Feeder(bootstrap, source, cfg)
-        # One tranche of records before the first fault and one per fault.
-        tranches = len(faults) + 1
-        released = [1]
-        feeder.allow(cfg.records // tranches)
+        # A kill point on the block path fires only when blocks arrive: each gets a
+        # reserve of records, held back until it is armed; the rest flows at once.
+        block_points = sum(1 for f in faults if _on_block_path(f))
+        reserve = max(20, cfg.records // 10)
+        allowed = [max(0, cfg.records - block_points * reserve)]
+        feeder = Feeder(bootstrap, source, cfg, first_tranche=allowed[0])
 
         def release() -> None:
-            released[0] += 1
+            allowed[0] += reserve
             assert feeder is not None
-            feeder.allow(cfg.records * released[0] // tranches)
+            feeder.allow(allowed[0])
 
         feeder.start()
         app = App(work, bootstrap, source, sink, cfg, expected_words, master)
@@ -429,12 +437,9 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         _wait(lambda: app is not None and app.batches_since(0), 180, "the first batch")
         result.rss_mib.append(app.rss_mib())
         for fault in faults:
-            on_block_path = fault.startswith("point:") and fault[6:] in RECEIVER_ONLY_POINTS
-            if not on_block_path:
-                release()
             time.sleep(rng.uniform(*cfg.fault_gap_s))
             _fault(fault, app, cfg, home, bootstrap, result,
-                   release if on_block_path else None)
+                   release if _on_block_path(fault) else None)
         feeder.allow(cfg.records)
         _wait(lambda: feeder is not None and feeder.done.is_set(), cfg.timeout_s, "the feeder")
         _wait(lambda: (app.out / "done").exists(), cfg.timeout_s, "the totals to reach the input")
