@@ -57,9 +57,9 @@ BACKLOG = 1000
 PARTS = ("driver (Python)", "driver JVM", "Python workers", "broker")
 
 
-def group_members(pgid: int) -> list[int]:
-    """Process ids whose process group is ``pgid`` (from /proc)."""
-    out = []
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process (from /proc)."""
+    out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -67,10 +67,14 @@ def group_members(pgid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:  # state, ppid, pgrp
-            out.append(int(entry.name))
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        out[int(entry.name)] = (int(fields[1]), int(fields[2]))
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Process ids whose process group is ``pgid``."""
+    return [pid for pid, (_, pgrp) in _proc_table().items() if pgrp == pgid]
 
 
 def _cmdline(pid: int) -> str:
@@ -81,16 +85,31 @@ def _cmdline(pid: int) -> str:
 
 
 def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
-    """MiB per part; a part with no process reads 0."""
+    """MiB per part; a part with no process reads 0.
+
+    PySpark's worker daemon puts itself and the workers it forks in a process
+    group of their own (``os.setpgid(0, 0)`` in ``pyspark.daemon``), so the
+    workers are found as the groups of the JVM's children, not in the app's group.
+    """
     parts = dict.fromkeys(PARTS, 0.0)
-    for pid in group_members(app_pid):
+    table = _proc_table()
+    jvms = set()
+    for pid, (_, pgrp) in table.items():
+        if pgrp != app_pid:
+            continue
         mib = rss_mib(pid) or 0.0
         if pid == app_pid:
             parts["driver (Python)"] += mib
         elif "java" in _cmdline(pid).split(" ")[0]:
             parts["driver JVM"] += mib
+            jvms.add(pid)
         else:
             parts["Python workers"] += mib
+    worker_groups = {pgrp for pid, (ppid, pgrp) in table.items()
+                     if ppid in jvms and pgrp != app_pid}
+    for pid, (_, pgrp) in table.items():
+        if pgrp in worker_groups:
+            parts["Python workers"] += rss_mib(pid) or 0.0
     if broker_pid:
         parts["broker"] = rss_mib(broker_pid) or 0.0
     return parts
