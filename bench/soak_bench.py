@@ -72,11 +72,6 @@ def _proc_table() -> dict[int, tuple[int, int]]:
     return out
 
 
-def group_members(pgid: int) -> list[int]:
-    """Process ids whose process group is ``pgid``."""
-    return [pid for pid, (_, pgrp) in _proc_table().items() if pgrp == pgid]
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

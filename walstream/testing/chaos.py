@@ -52,6 +52,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -443,13 +444,15 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         # reserve of records, held back until it is armed; the rest flows at once.
         block_points = sum(1 for f in faults if _on_block_path(f))
         reserve = max(20, cfg.records // 10)
-        allowed = [max(0, cfg.records - block_points * reserve)]
-        feeder = Feeder(bootstrap, source, cfg, first_tranche=allowed[0])
+        held_back = block_points * reserve
+        feeder = Feeder(bootstrap, source, cfg,
+                        first_tranche=max(0, cfg.records - held_back))
 
         def release() -> None:
-            allowed[0] += reserve
+            nonlocal held_back
+            held_back -= reserve
             assert feeder is not None
-            feeder.allow(allowed[0])
+            feeder.allow(cfg.records - held_back)
 
         feeder.start()
         app = App(work, bootstrap, source, sink, cfg, expected_words, master)
@@ -498,7 +501,7 @@ def _restart_and_compare(app: App, bootstrap: str, result: ChaosResult) -> None:
 
 
 def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
-           result: ChaosResult, release: Any = None) -> None:
+           result: ChaosResult, release: Callable[[], None] | None = None) -> None:
     if fault == "driver":
         log("SIGKILL the driver group")
         app.kill()
@@ -541,7 +544,7 @@ def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
 
 
 def _kill_point_fault(point: str, app: App, bootstrap: str, result: ChaosResult,
-                      release: Any) -> None:
+                      release: Callable[[], None] | None) -> None:
     """Arm ``point`` in the running application; whichever of its processes
     reaches it first dies there. A receiver worker is relaunched by the driver;
     a driver is restarted with getOrCreate and its recovered state compared."""
