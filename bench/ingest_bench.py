@@ -204,6 +204,33 @@ class RunResult:
     raw_rate: float = 0.0  # records/s of the raw run of the same iteration
 
 
+def raw_consume(bootstrap: str, topic: str, n: int) -> float:
+    """Seconds for a bare confluent-kafka consumer (fresh group, batches of 10,000,
+    every value touched) to read ``n`` records of ``topic`` from its start, counted
+    from the consumer's creation like a receiver's time from its registration: what
+    reading the source alone costs on this broker, the ceiling of any pipeline that
+    starts with it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    t0 = time.perf_counter()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got = 0
+        deadline = time.monotonic() + 600
+        while got < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"raw consume of {topic}: {got}/{n} records in 600 s")
+            for msg in consumer.consume(10_000, 1.0):
+                if msg.error() is None:
+                    msg.value()
+                    got += 1
+        return time.perf_counter() - t0
+    finally:
+        consumer.close()
+
+
 def _topics_with_prefix(admin: Any, prefix: str) -> list[str]:
     return sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix))
 
@@ -340,8 +367,9 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
 
     ev: dict[str, float] = {}
     sums: dict[str, float] = {"poll": 0.0, "encode": 0.0, "store": 0.0, "records": 0.0}
-    blocks: list[tuple[float, float, float, float, int, int]] = []
+    blocks: list[tuple[float, float, float, float, int, int, float, float]] = []
     cur: dict[str, float] = {}
+    begun: dict[str, tuple[float, float]] = {}
     pc, now = time.perf_counter, time.time
 
     # The receiver's default UTF-8 path encodes each item in its receiving loop and
@@ -412,14 +440,6 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
             sums["store"] += pc() - t1
             sums["records"] += len(batch)
 
-    class TimedWal(KafkaWriteAheadLog):
-        def write(self, record: bytes, time_ms: int) -> Any:
-            t1 = pc()
-            h = super().write(record, time_ms)
-            cur["wal"] = pc() - t1
-            cur["bytes"] = len(record)
-            return h
-
     class TimedClient(DriverClient):
         def add_block(self, info: Any) -> bool:
             t1 = pc()
@@ -440,16 +460,33 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
             sums["store"] += pc() - t1
             sums["records"] += len(records)
 
-        def on_push_block(self, block_id: str, records: list[Any]) -> None:
-            start = now()
+        # The pusher is pipelined (begin N+1, then finish N): a block's row runs from
+        # its begin to the end of its finish; encode and finish times are its own.
+        def begin_push_block(self, block_id: str, records: list[Any]) -> Any:
+            start, t1 = now(), pc()
+            pending = super().begin_push_block(block_id, records)
+            begun[block_id] = (start, pc() - t1)
+            return pending
+
+        def finish_push_block(self, pending: Any) -> None:
+            if pending is None:
+                return
             cur.clear()
-            super().on_push_block(block_id, records)
+            t1 = pc()
+            super().finish_push_block(pending)
+            start, encode_s = begun.pop(pending.block_id)
             blocks.append((start, now(), cur.get("wal", 0.0), cur.get("add", 0.0),
-                           len(records), int(cur.get("bytes", 0))))
+                           pending.count, len(pending.payload), encode_s, pc() - t1))
+
+        def _store(self, pending: Any) -> Any:
+            t1 = pc()
+            handle = super()._store(pending)
+            cur["wal"] = pc() - t1
+            return handle
 
     receiver = TimedReceiver(bootstrap, f"{app}-group-0", {topic: 1})
     client = TimedClient(driver)
-    wal = TimedWal(bootstrap, f"{app}-receiver-0", **cfg.wal_options())
+    wal = KafkaWriteAheadLog(bootstrap, f"{app}-receiver-0", **cfg.wal_options())
     sup = TimedSupervisor(receiver, 0, wal, client, cfg.generator(), executor_id="profile")
     try:
         sup.start()
@@ -472,7 +509,7 @@ class Profile:
     done: float
     events: dict[str, float]
     sums: dict[str, float]
-    blocks: list[tuple[float, float, float, float, int, int]]
+    blocks: list[tuple[float, float, float, float, int, int, float, float]]
     driver_log_s: list[float]  # the driver's BlockAddition writes (batched WAL)
 
     def rows(self) -> dict[str, str]:
@@ -483,8 +520,9 @@ class Profile:
         n = max(su["records"], 1.0)
         steady = bl[1:] or bl
         med = lambda xs: Stat.of(xs).median if xs else 0.0  # noqa: E731
-        busy = sum(e - s for s, e, *_ in bl) / max(self.done - bl[0][0], 1e-9)
-        rest = [(e - s) - w - a for s, e, w, a, *_ in steady]
+        span = max(self.done - bl[0][0], 1e-9)
+        busy = sum(b[6] + b[7] for b in bl) / span
+        rest = [b[7] - b[2] - b[3] for b in steady]
         other = max(0.0, read - su["poll"] - su["store"])
         return {
             "records/s (registration -> all reported)": f"{self.records / total:.0f} "
@@ -501,13 +539,15 @@ class Profile:
             "blocks: count x median records (KiB)":
                 f"{len(bl)} x {med([float(b[4]) for b in bl]):.0f} "
                 f"({med([b[5] / 1024 for b in bl]):.0f} KiB)",
-            "first block: WAL write / AddBlock ms (cold producer)":
-                f"{1000 * bl[0][2]:.0f} / {1000 * bl[0][3]:.0f}",
-            "later blocks, median ms: WAL write / AddBlock / rest (encode, commit)":
+            "first block: encode / WAL ack wait / AddBlock ms (cold producer)":
+                f"{1000 * bl[0][6]:.0f} / {1000 * bl[0][2]:.0f} / {1000 * bl[0][3]:.0f}",
+            "later blocks, median ms: encode + write start / WAL ack wait / AddBlock / "
+            "rest (commit)":
+                f"{1000 * med([b[6] for b in steady]):.1f} / "
                 f"{1000 * med([b[2] for b in steady]):.1f} / "
                 f"{1000 * med([b[3] for b in steady]):.1f} / {1000 * med(rest):.1f}",
-            "later blocks: WAL write MB/s (median)":
-                f"{med([b[5] / b[2] / MB for b in steady if b[2] > 0]):.1f}",
+            "blocks: MB/s through the pusher (first begun -> all reported)":
+                f"{sum(b[5] for b in bl) / span / MB:.1f}",
             "driver: BlockAddition log ms (median; first)":
                 f"{1000 * med(self.driver_log_s[1:] or self.driver_log_s):.1f}; "
                 f"{1000 * self.driver_log_s[0]:.0f}" if self.driver_log_s else "-",
@@ -586,6 +626,7 @@ def _wait_executors(sc: Any, n: int, timeout_s: float = 90.0) -> list[Any]:
 
 CASE_TITLES = {
     "raw": "raw confluent-kafka produce",
+    "consume": "raw confluent-kafka consume of the 1-receiver source (read ceiling)",
     "one": "1 receiver, local[3]",
     "two-local": "2 receivers, local[3]",
     "two-cluster": "2 receivers, standalone (2 workers x 1 core)",
@@ -657,6 +698,10 @@ def run_local(bootstrap: str, admin: Any, size_cfg: Size, runs: int, cfg: Ingest
                     raw = raw_run(bootstrap, admin, size, n)
                     res.add(size, "raw", raw)
                     _log_run(size, "raw", n, raw, None)
+                    consumed = raw_consume(bootstrap, one, n)
+                    res.add(size, "consume", consumed)
+                    res.ratios.setdefault((size, "consume"), []).append(raw / consumed)
+                    _log_run(size, "consume", n, consumed, raw)
                     r1 = receiver_run(sc, bootstrap, admin, [(one, n)], cfg, size_cfg.timeout_s)
                     r1.raw_rate = n / raw
                     res.add(size, "one", r1.seconds, r1)
@@ -778,13 +823,16 @@ def render(res: Results, facts: dict[str, str], args: argparse.Namespace, cfg: I
               "divided by the time from then to the end: the rate once the receiver's start "
               "(consumer, cold WAL producer, first block interval) and the backlog it "
               "leaves are mostly behind it; ratio to the same iteration's raw run. "
-              "*Launch*: Spark job submission to registration (not in the measured time).",
+              "*Launch*: Spark job submission to registration (not in the measured time). "
+              "*Read ceiling*: a bare confluent-kafka consumer (no WAL, no Spark) reading "
+              "the 1-receiver source in the same iteration, timed from its creation: a "
+              "receiver must read its source, so no receiver row can pass it.",
               ""]
     rows = []
     verdicts = []
     for size in RECORD_SIZES:
         n = res.records.get(size, 0)
-        for case in ("raw", "one", "two-local", "two-cluster"):
+        for case in ("raw", "consume", "one", "two-local", "two-cluster"):
             secs = res.seconds.get((size, case))
             if not secs:
                 continue
@@ -792,7 +840,9 @@ def render(res: Results, facts: dict[str, str], args: argparse.Namespace, cfg: I
             mbs = [r * size / MB for r in rates]
             ratio = res.ratios.get((size, case))
             verdict = "-"
-            if ratio:
+            if ratio and case == "consume":
+                verdict = "reference"
+            elif ratio:
                 med = Stat.of(ratio).median
                 verdict = "met" if med >= RATIO_TARGET else "missed"
                 verdicts.append(f"{size} B, {CASE_TITLES[case]}: {med:.2f}x raw "
@@ -835,10 +885,12 @@ def render(res: Results, facts: dict[str, str], args: argparse.Namespace, cfg: I
                   "The receiver of case (1) in a spawned subprocess instead of a Spark worker "
                   "(same KafkaReceiver, supervisor, receiver WAL, gRPC driver and driver WAL), "
                   "with timers around `consumer.poll`, item encoding, `store`, the WAL write "
-                  "and the AddBlock call. The receiving thread polls and stores one record "
-                  "at a time; the pushing thread, per block, encodes it (Avro), writes it to "
-                  "the WAL (waits for acks=all), then reports it (waits for the driver's "
-                  "WAL write), one block at a time.", ""]
+                  "and the AddBlock call. The receiving thread consumes and stores records "
+                  "in batches; the pushing thread is pipelined one block deep: it encodes "
+                  "block N+1 (Avro) and starts its WAL write, then waits for block N's "
+                  "acks=all (*WAL ack wait*) and reports N (*AddBlock*, answered after the "
+                  "driver's WAL write). *Pusher busy*: its encode and finish time over the "
+                  "span from the first block to the end.", ""]
         sizes = sorted(res.profiles)
         keys = list(res.profiles[sizes[0]].rows())
         table = {s: res.profiles[s].rows() for s in sizes}

@@ -11,7 +11,11 @@ Protocol (as Spark's BlockGenerator, with a real bound on memory):
    block on the bounded queue (``on_generate_block`` runs inside the swap, so
    a listener can snapshot per-block source positions exactly).
 3. The pushing thread takes blocks in order and calls ``on_push_block``; the
-   supervisor stores the block in the WAL and reports it there.
+   supervisor stores the block in the WAL and reports it there. A listener with
+   ``begin_push_block`` / ``finish_push_block`` gets them pipelined one deep:
+   block N+1 is begun before N is finished, finishes stay in order, and a block
+   in flight is finished as soon as no next block is waiting (so pipelining
+   never delays a block); ``blocks_pushed`` counts finished blocks.
 4. ``stop()``: stop accepting data, cut a last block, push every queued block,
    then return. Nothing added before ``stop`` is lost. ``flush()`` does the same
    without stopping (a receiver restart, before it deregisters).
@@ -78,6 +82,16 @@ class BlockGeneratorListener(Protocol):
     def on_push_block(self, block_id: str, records: list[Any]) -> None: ...
 
     def on_error(self, message: str, error: BaseException) -> None: ...
+
+
+class PipelinedPushListener(Protocol):
+    """Optional hooks: ``begin_push_block`` starts a block's push and returns a
+    token; ``finish_push_block(token)`` completes it (the pusher calls it in block
+    order). Together they replace ``on_push_block``."""
+
+    def begin_push_block(self, block_id: str, records: list[Any]) -> Any: ...
+
+    def finish_push_block(self, token: Any) -> None: ...
 
 
 class _State(enum.Enum):
@@ -270,30 +284,65 @@ class BlockGenerator:
             self._queue.put(None)
 
     def _push_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            block_id, records = item
-            try:
-                self.listener.on_push_block(block_id, records)
-                with self._cond:
-                    self.blocks_pushed += 1
-                    self._cond.notify_all()
-            except BaseException as exc:
-                # Stop pushing: a later block must never be reported (and its source
-                # acknowledged) after an earlier one was lost, or the source would
-                # skip the lost records. The unpushed blocks were never reported, so
-                # their source positions were never acknowledged: a restarted
-                # receiver reads them again.
-                with self._cond:
-                    self.failed = exc
-                    if self._state is _State.ACTIVE:
-                        self._state = _State.STOPPED_ADDING_DATA
-                    self._cond.notify_all()
-                self.listener.on_error(f"pushing block {block_id} failed", exc)
-                self._drain_after_failure()
-                return
+        begin = getattr(self.listener, "begin_push_block", None)
+        finish = getattr(self.listener, "finish_push_block", None)
+        pipelined = begin is not None and finish is not None
+        pending: tuple[str, Any] | None = None  # (block id, token) begun, not finished
+        block_id = ""
+        try:
+            while True:
+                if pending is None:
+                    item = self._queue.get()
+                else:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        # Nothing to overlap with: finish the block in flight now.
+                        block_id = pending[0]
+                        self._finished(finish, pending[1])
+                        pending = None
+                        continue
+                if item is None:
+                    if pending is not None:
+                        block_id = pending[0]
+                        self._finished(finish, pending[1])
+                    return
+                block_id, records = item
+                if not pipelined:
+                    self.listener.on_push_block(block_id, records)
+                    self._finished(None, None)
+                    continue
+                assert begin is not None
+                token = begin(block_id, records)
+                if pending is not None:
+                    begun, block_id = block_id, pending[0]
+                    self._finished(finish, pending[1])
+                    block_id = begun
+                pending = (block_id, token)
+        except BaseException as exc:
+            # Stop pushing: a later block must never be reported (and its source
+            # acknowledged) after an earlier one was lost, or the source would
+            # skip the lost records. The unpushed blocks were never reported, so
+            # their source positions were never acknowledged: a restarted
+            # receiver reads them again (a block begun but not finished may be in
+            # the WAL: stored and unreported, as after a crash between the steps).
+            with self._cond:
+                self.failed = exc
+                if self._state is _State.ACTIVE:
+                    self._state = _State.STOPPED_ADDING_DATA
+                self._cond.notify_all()
+            self.listener.on_error(f"pushing block {block_id} failed", exc)
+            if pending is not None and pending[0] != block_id:
+                log.warning("stream %d: block %s begun (maybe stored), left unreported "
+                            "after a push failure", self.stream_id, pending[0])
+            self._drain_after_failure()
+
+    def _finished(self, finish: Any, token: Any) -> None:
+        if finish is not None:
+            finish(token)
+        with self._cond:
+            self.blocks_pushed += 1
+            self._cond.notify_all()
 
     def _drain_after_failure(self) -> None:
         while True:

@@ -14,6 +14,16 @@ Per block, in this order (DESIGN.md invariants 1 and 2):
    its source (e.g. commits Kafka offsets). A crash before this step leaves the
    source unacknowledged: the data is read again, and the tracker keeps a
    re-reported block once.
+
+Pipelining (``SupervisorConfig.pipelined_store``, on by default with a WAL that
+has ``write_async``): the block generator's pusher begins step 1 of block N+1
+(encode, start the WAL write) before it waits for block N's acknowledgement and
+reports N, so encoding and the driver round trip overlap the next write. This
+is safe because only step 1 is moved: reports still go one at a time, in block
+order, each after its own block's acknowledgement; and when N fails, N+1 may
+be stored but is never reported, and a stored, unreported block is exactly the
+state a crash between steps 1 and 2 leaves (its source is not acknowledged, the
+data is read again, the WAL record is cleaned with its segment).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,7 +53,8 @@ from receiver.items import encode_item
 from receiver.receiver import Receiver
 from receiver.registration import Registration
 from wal.base import WriteAheadLog
-from wal.errors import WalError
+from wal.errors import WalError, WalWriteTimeoutError
+from wal.handle import RecordHandle
 from walstream.errors import ConfigError
 from walstream.killpoints import kill_point
 
@@ -79,10 +92,14 @@ class SupervisorConfig:
     max_record_bytes: int = 8 * 1024 * 1024
     report_timeout_s: float = 30.0
     bad_record_policy: str = "skip"
+    pipelined_store: bool = True
+    store_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.store_retries < 1 or self.report_retries < 1:
             raise ConfigError("store_retries and report_retries must be >= 1")
+        if self.store_timeout_s <= 0:
+            raise ConfigError("store_timeout_s must be > 0")
         if self.bad_record_policy not in ("skip", "fail"):
             raise ConfigError("bad_record_policy must be 'skip' or 'fail'")
 
@@ -118,6 +135,17 @@ class _SourceTracker:
         out = tuple(SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(self.ranges.items()))
         self.ranges = {}
         return out
+
+
+@dataclass
+class PendingBlock:
+    """A block whose step 1 has begun: encoded, its WAL write maybe in flight."""
+
+    block_id: str
+    count: int
+    source: tuple[SourceRange, ...]
+    payload: bytes
+    future: Future[RecordHandle] | None  # None: step 1 is a synchronous write
 
 
 class ReceiverSupervisor:
@@ -341,7 +369,19 @@ class ReceiverSupervisor:
         self._block_sources[block_id] = self._sources.take()
 
     def on_push_block(self, block_id: str, records: list[Any]) -> None:
-        self._push_block(block_id, records, self._block_sources.pop(block_id, ()))
+        self.finish_push_block(self.begin_push_block(block_id, records))
+
+    def begin_push_block(self, block_id: str, records: list[Any]) -> PendingBlock | None:
+        """Step 1 begun (the generator's pipelined pusher): encode, start the write."""
+        return self._begin(block_id, records, self._block_sources.pop(block_id, ()))
+
+    def finish_push_block(self, pending: PendingBlock | None) -> None:
+        """Steps 1 (wait, retry) to 3 of a block :meth:`begin_push_block` began."""
+        if pending is None:
+            return
+        handle = self._store(pending)
+        kill_point("receiver.after_store_before_report")
+        self._report(pending, handle)
 
     def on_error(self, message: str, error: BaseException) -> None:
         # The generator calls this only when it can no longer push or cut blocks
@@ -355,28 +395,56 @@ class ReceiverSupervisor:
 
     def _push_block(self, block_id: str, records: list[bytes],
                     source: tuple[SourceRange, ...]) -> None:
+        self.finish_push_block(self._begin(block_id, records, source))
+
+    def _begin(self, block_id: str, records: list[bytes],
+               source: tuple[SourceRange, ...]) -> PendingBlock | None:
         if not records and not source:
-            return
-        block = Block(self.stream_id, block_id, records, source)
-        payload = block.encode()
-        # Step 1: store, with bounded retries; never report what is not stored.
-        handle = None
+            return None
+        payload = Block(self.stream_id, block_id, records, source).encode()
+        pending = PendingBlock(block_id, len(records), source, payload, None)
+        write_async = getattr(self.wal, "write_async", None)
+        if self.config.pipelined_store and write_async is not None:
+            try:
+                pending.future = write_async(payload, int(time.time() * 1000))
+            except WalError as exc:  # the first try failed at once; _store retries
+                failed: Future[RecordHandle] = Future()
+                failed.set_exception(exc)
+                pending.future = failed
+        return pending
+
+    def _store_try(self, pending: PendingBlock, attempt: int) -> RecordHandle:
+        if attempt > 1 or pending.future is None:
+            return self.wal.write(pending.payload, int(time.time() * 1000))
+        try:
+            return pending.future.result(timeout=self.config.store_timeout_s)
+        except FutureTimeout:
+            raise WalWriteTimeoutError(
+                f"no acknowledgement within store_timeout_s={self.config.store_timeout_s}"
+            ) from None
+
+    def _store(self, pending: PendingBlock) -> RecordHandle:
+        """Step 1: the block's WAL handle, after bounded retries; never report what
+        is not stored."""
         for attempt in range(1, self.config.store_retries + 1):
             try:
-                handle = self.wal.write(payload, int(time.time() * 1000))
-                break
+                return self._store_try(pending, attempt)
             except WalError as exc:
                 log.warning("stream %d: storing %s failed (try %d/%d): %s", self.stream_id,
-                            block_id, attempt, self.config.store_retries, exc)
+                            pending.block_id, attempt, self.config.store_retries, exc)
                 if attempt == self.config.store_retries:
                     raise BlockStoreError(
-                        f"block {block_id} of stream {self.stream_id} could not be stored "
-                        f"after {attempt} tries: {exc}") from exc
+                        f"block {pending.block_id} of stream {self.stream_id} could not be "
+                        f"stored after {attempt} tries: {exc}") from exc
                 time.sleep(self.config.store_backoff_s * attempt)
-        assert handle is not None
-        kill_point("receiver.after_store_before_report")
-        # Step 2: report, and wait for the driver's answer (given after its WAL write).
-        info = ReceivedBlockInfo(self.stream_id, block_id, len(records), handle, source)
+        raise AssertionError("store_retries >= 1")  # unreachable: the config checks it
+
+    def _report(self, pending: PendingBlock, handle: RecordHandle) -> None:
+        """Steps 2 and 3: report, wait for the driver's answer (given after its WAL
+        write), and only then let the source learn that the data is safe."""
+        block_id = pending.block_id
+        info = ReceivedBlockInfo(self.stream_id, block_id, pending.count, handle,
+                                 pending.source)
         for attempt in range(1, self.config.report_retries + 1):
             try:
                 if self.reporter.add_block(info):
@@ -389,6 +457,5 @@ class ReceiverSupervisor:
                         f"acknowledged by the driver: {exc}") from exc
                 time.sleep(self.config.report_backoff_s * attempt)
         self.blocks_reported += 1
-        self.records_reported += len(records)
-        # Step 3: only now may the source learn that the data is safe.
-        self.receiver.on_block_reported(block_id, source)
+        self.records_reported += pending.count
+        self.receiver.on_block_reported(block_id, pending.source)

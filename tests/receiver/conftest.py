@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -239,9 +240,40 @@ def ranges_of(infos: list[ReceivedBlockInfo]) -> list[SourceRange]:
     return [r for info in infos for r in info.source]
 
 
-@pytest.fixture
-def wal() -> Iterator[MemoryWAL]:
-    log = MemoryWAL()
+class AsyncMemoryWAL(MemoryWAL):
+    """A :class:`MemoryWAL` with ``write_async`` (as ``KafkaWriteAheadLog`` has): each
+    write runs on one worker thread after ``delay_s``, in order, and its Future
+    resolves only then, so a record is readable only once its Future is done.
+    ``async_calls`` counts ``write_async`` calls."""
+
+    def __init__(self, delay_s: float = 0.002) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.async_calls = 0
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mem-wal")
+
+    def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
+        with self._lock:
+            if self.closed:
+                raise WalClosedError("closed")
+            self.async_calls += 1
+
+        def delayed() -> RecordHandle:
+            time.sleep(self.delay_s)
+            return self.write(record, time_ms)
+
+        return self._worker.submit(delayed)
+
+    def close(self) -> None:
+        super().close()
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture(params=["sync", "async"])
+def wal(request: pytest.FixtureRequest) -> Iterator[MemoryWAL]:
+    """Every supervisor test runs against a WAL with ``write`` only and against one
+    with ``write_async`` too (the supervisor's pipelined store)."""
+    log = MemoryWAL() if request.param == "sync" else AsyncMemoryWAL()
     yield log
     log.close()
 
