@@ -100,8 +100,10 @@ History = Callable[[App, LineServer], None]
 
 
 def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
-            history_s: float, history: History | None = None) -> Recovery:
-    """Steps 1-4 of the module docstring; ``history`` replaces step 1 (the soak's run)."""
+            history_s: float, history: History | None = None,
+            restart_timeout_s: float = RESTART_TIMEOUT_S) -> Recovery:
+    """Steps 1-4 of the module docstring; ``history`` replaces step 1 (the soak's run).
+    ``restart_timeout_s`` bounds the wait for the restarted app to catch up."""
     res = Recovery(impl, backlog, history_s)
     server = LineServer()
     gate = workdir / f"gate-{impl}-{server.port}"
@@ -129,7 +131,7 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
         gate.unlink()
         restarted = App(impl, server.port, bootstrap, workdir, extra, env)  # 4. restart
         t0 = restarted.started_wall
-        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        deadline = time.monotonic() + restart_timeout_s
         pid = restarted.proc.pid
         while time.monotonic() < deadline:
             mine = [b for b in restarted.batches() if b.get("pid") == pid]
@@ -145,7 +147,7 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
                 break
             time.sleep(0.1)
         else:
-            res.note = f"not caught up in {RESTART_TIMEOUT_S:.0f} s"
+            res.note = f"not caught up in {restart_timeout_s:.0f} s"
     finally:
         for a in (app, restarted):
             if a is not None:
@@ -224,7 +226,8 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
     lines = [
         "# Recovery benchmark: driver SIGKILL and getOrCreate, against backlog", "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
-        f"`python -m bench.recovery_bench --size {size} --runs {runs}` ({elapsed:.0f} s in "
+        f"`python -m bench.recovery_bench {' '.join(sys.argv[1:]) or f'--size {size}'}` "
+        f"({runs} run(s), {elapsed:.0f} s in "
         "all). Cells: **median [min, max]** seconds from the restart command.", "",
         "## Machine", "", md_facts(facts), "",
         "## Configuration", "",
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-recovery.md")
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--backlogs", type=int, nargs="*", default=None)
+    ap.add_argument("--restart-timeout", type=float, default=RESTART_TIMEOUT_S,
+                    help="seconds to wait for a restarted app to catch up")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     runs = args.runs or int(cfg["runs"])
@@ -277,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 for b in backlogs:
                     for impl in ("spark", "ours"):  # interleaved: drift hits both alike
                         log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
-                        r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"])
+                        r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"],
+                                    restart_timeout_s=args.restart_timeout)
                         c = cells[(impl, b)]
                         c.first.append(r.first_batch_s)
                         c.caught.append(r.caught_up_s)
@@ -288,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                             c.notes.append(r.note)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    png = args.out.parent / "recovery-backlog.png"
+    # RESULTS-recovery.md -> recovery-backlog.png; another --out gets its own plot.
+    png = args.out.with_name(args.out.stem.replace("RESULTS-", "") + "-backlog.png")
     plotted = png.name if plot(cells, backlogs, png) else None
     write_results(args.out, render(cells, backlogs, cfg, facts, args.size, runs,
                                    time.monotonic() - started, plotted))

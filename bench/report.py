@@ -21,6 +21,7 @@ PARTS = [
     ("RESULTS-ingest.md", "1. Ingest ceiling vs raw Kafka"),
     ("RESULTS-peer.md", "2. Peer: Spark's own receiver WAL"),
     ("RESULTS-recovery.md", "3. Recovery time against backlog"),
+    ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
     ("RESULTS-soak.md", "3b/5. Soak: memory over 30 minutes, recovery after it"),
     ("RESULTS-addblock.md", "4. Driver WAL: AddBlock"),
     ("RESULTS-wal.md", "WAL write throughput vs raw produce"),
