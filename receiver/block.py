@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from walstream.avro_codec import VersionedCodec
+from walstream.avro_codec import VersionedCodec, avro_long
 
 SOURCE_RANGE_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -38,6 +38,24 @@ BLOCK_SCHEMA_V1: dict[str, Any] = {
 }
 
 BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1})
+_BLOCK_PREFIX_V1 = BLOCK_CODEC.magic + bytes((1,))
+
+
+def _avro_bytes_array(items: list[bytes]) -> list[bytes]:
+    """Parts of Avro's binary array of ``bytes``: one block of ``len(items)``, then 0."""
+    if not items:
+        return [b"\x00"]
+    parts = [avro_long(len(items))]
+    for item in items:
+        parts.append(avro_long(len(item)))
+        parts.append(item)
+    parts.append(b"\x00")
+    return parts
+
+
+def _avro_string(s: str) -> bytes:
+    data = s.encode("utf-8")
+    return avro_long(len(data)) + data
 
 
 @dataclass(frozen=True, order=True)
@@ -70,14 +88,23 @@ class Block:
     source: tuple[SourceRange, ...] = field(default=())
 
     def encode(self) -> bytes:
-        return BLOCK_CODEC.encode(
-            {
-                "stream_id": self.stream_id,
-                "block_id": self.block_id,
-                "records": self.records,
-                "source": [s.to_dict() for s in self.source],
-            }
-        )
+        """``BLOCK_CODEC.encode`` of the v1 record, laid out by hand.
+
+        Byte-identical to fastavro's encoding (tests/receiver/test_block.py checks
+        it), but one join of the records instead of fastavro growing a buffer
+        record by record: a 35 MB block of 10 KB records took 40-200 ms in
+        fastavro and ~25 ms here, on the receiver's pushing thread. A record that
+        is not bytes fails the join with ``TypeError``, as it failed fastavro.
+        """
+        parts = [_BLOCK_PREFIX_V1, avro_long(self.stream_id), _avro_string(self.block_id)]
+        parts += _avro_bytes_array(self.records)
+        if self.source:
+            parts.append(avro_long(len(self.source)))
+            for r in self.source:
+                parts += (_avro_string(r.topic), avro_long(r.partition),
+                          avro_long(r.from_offset), avro_long(r.until_offset))
+        parts.append(b"\x00")
+        return b"".join(parts)
 
     @classmethod
     def decode(cls, data: bytes) -> Block:

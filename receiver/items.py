@@ -16,6 +16,7 @@ from typing import Any
 import fastavro
 
 from receiver.errors import BadRecordError
+from walstream.avro_codec import avro_long
 
 _PAIR_SCHEMA = fastavro.parse_schema(
     {
@@ -35,20 +36,6 @@ _PAIR_SCHEMA = fastavro.parse_schema(
 # Hand-written because it runs once per received record (fastavro's writer costs
 # several microseconds per call); tests/receiver/test_items.py checks it is
 # byte-identical to fastavro's encoding of _PAIR_SCHEMA.
-_SMALL_LENGTHS = [bytes((n << 1,)) for n in range(64)]
-
-
-def _avro_length(n: int) -> bytes:
-    if n < 64:
-        return _SMALL_LENGTHS[n]
-    z = n << 1
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
 
 def _pair_branch(x: bytes | str | None) -> bytes:
     if x is None:
@@ -58,9 +45,9 @@ def _pair_branch(x: bytes | str | None) -> bytes:
             data = x.encode("utf-8")  # strict: Avro strings are valid UTF-8
         except UnicodeEncodeError as exc:
             raise BadRecordError(f"a (key, value) string is not valid UTF-8: {exc}") from exc
-        return b"\x04" + _avro_length(len(data)) + data
+        return b"\x04" + avro_long(len(data)) + data
     data = bytes(x)
-    return b"\x02" + _avro_length(len(data)) + data
+    return b"\x02" + avro_long(len(data)) + data
 
 
 def encode_pair(key: bytes | str | None, value: bytes | str | None) -> bytes:
@@ -72,7 +59,7 @@ def _utf8_branch(x: bytes | None) -> bytes:
     if x is None:
         return b"\x00"
     x.decode("utf-8")  # validates: raises UnicodeDecodeError, as utf8_decoder would
-    return b"\x04" + _avro_length(len(x)) + x
+    return b"\x04" + avro_long(len(x)) + x
 
 
 def encode_utf8_pair(key: bytes | None, value: bytes | None) -> bytes:

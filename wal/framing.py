@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wal.errors import CorruptRecordError, UnknownRecordVersionError
-from walstream.avro_codec import VersionedCodec
+from walstream.avro_codec import VersionedCodec, avro_long
 from walstream.errors import CorruptDataError, UnknownSchemaVersionError
 
 FRAME_SCHEMA_V1: dict[str, Any] = {
@@ -42,17 +42,6 @@ class Frame:
     data: bytes
 
 
-def _varint(n: int) -> bytes:
-    """Avro's zig-zag varint of a (non-negative here) int/long."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _FRAME_PREFIX = FRAME_CODEC.magic + bytes((1,))
 
 
@@ -67,11 +56,11 @@ def encode_record(record: bytes, chunk_bytes: int) -> list[bytes]:
     crc = zlib.crc32(record)
     n = max(1, -(-len(record) // chunk_bytes))
     view = memoryview(record)
-    common = _varint(n) + _varint(len(record)) + _varint(crc)
+    common = avro_long(n) + avro_long(len(record)) + avro_long(crc)
     frames = []
     for i in range(n):
         chunk = view[i * chunk_bytes : (i + 1) * chunk_bytes]
-        frames.append(b"".join((_FRAME_PREFIX, _varint(i), common, _varint(len(chunk)), chunk)))
+        frames.append(b"".join((_FRAME_PREFIX, avro_long(i), common, avro_long(len(chunk)), chunk)))
     return frames
 
 

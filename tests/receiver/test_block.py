@@ -73,3 +73,29 @@ def test_received_block_info_dict_round_trip() -> None:
     d = info.to_dict()
     del d["source"]
     assert ReceivedBlockInfo.from_dict(d).source == ()
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        sample_block(),
+        Block(0, "input-0-x", []),
+        Block(-3, "ünïcode-block", [b"", b"x" * 63, b"y" * 64, b"z" * 300_000]),
+        Block(2**31 - 1, "b", [], (SourceRange("t", 7, 0, 2**40),)),
+        Block(1, "b", [encode_item(str(i)) for i in range(200)], ()),
+    ],
+)
+def test_hand_written_encoding_is_byte_identical_to_fastavro(block: Block) -> None:
+    reference = BLOCK_CODEC.encode({
+        "stream_id": block.stream_id,
+        "block_id": block.block_id,
+        "records": block.records,
+        "source": [s.to_dict() for s in block.source],
+    })
+    assert block.encode() == reference
+    assert Block.decode(block.encode()) == block
+
+
+def test_a_record_that_is_not_bytes_fails_to_encode() -> None:
+    with pytest.raises(TypeError):
+        Block(0, "b", ["text"]).encode()  # type: ignore[list-item]

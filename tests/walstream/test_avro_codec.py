@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from walstream.avro_codec import VersionedCodec
+from walstream.avro_codec import VersionedCodec, avro_long
 from walstream.errors import ConfigError, CorruptDataError, UnknownSchemaVersionError
 
 MAGIC = b"WSt"
@@ -97,3 +97,14 @@ def test_other_magic_is_corrupt() -> None:
 def test_bad_config(magic: bytes, schemas: dict) -> None:
     with pytest.raises(ConfigError):
         VersionedCodec("thing", magic, schemas)
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 127, 8191, 8192, -1, -64, -65, 2**31, 2**62, -(2**63)])
+def test_avro_long_is_fastavros_long(n: int) -> None:
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, "long", n)
+    assert avro_long(n) == buf.getvalue()
