@@ -55,18 +55,28 @@ def encode_pair(key: bytes | str | None, value: bytes | str | None) -> bytes:
     return b"k" + _pair_branch(key) + _pair_branch(value)
 
 
-def _utf8_branch(x: bytes | None) -> bytes:
+def _utf8_parts(x: bytes | None, parts: list[bytes]) -> None:
     if x is None:
-        return b"\x00"
-    x.decode("utf-8")  # validates: raises UnicodeDecodeError, as utf8_decoder would
-    return b"\x04" + avro_long(len(x)) + x
+        parts.append(b"\x00")
+        return
+    if not x.isascii():  # ASCII is UTF-8; isascii() checks without building a str
+        x.decode("utf-8")  # validates: raises UnicodeDecodeError, as utf8_decoder would
+    parts += (b"\x04", avro_long(len(x)), x)
 
 
 def encode_utf8_pair(key: bytes | None, value: bytes | None) -> bytes:
     """``encode_pair(key.decode(), value.decode())`` without decoding to ``str`` and
     encoding back: the Kafka receiver's default (UTF-8) path, once per record.
-    Raises ``UnicodeDecodeError`` for bytes that are not UTF-8."""
-    return b"k" + _utf8_branch(key) + _utf8_branch(value)
+    Each payload is copied once (one join). Raises ``UnicodeDecodeError`` for bytes
+    that are not UTF-8."""
+    if key is None and value is not None:  # the usual Kafka record: no key
+        if not value.isascii():
+            value.decode("utf-8")
+        return b"".join((b"k\x00\x04", avro_long(len(value)), value))
+    parts = [b"k"]
+    _utf8_parts(key, parts)
+    _utf8_parts(value, parts)
+    return b"".join(parts)
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
