@@ -868,6 +868,16 @@ def render(res: Results, facts: dict[str, str], args: argparse.Namespace, cfg: I
                         f"target >= {RATIO_TARGET}x", "second half: records/s (ratio)",
                         "notes (medians)"], rows), ""]
     lines += ["Targets (median ratio):", ""] + [f"- {v}" for v in verdicts] + [""]
+    ceiling = []
+    for size in RECORD_SIZES:
+        cons, one = res.seconds.get((size, "consume")), res.seconds.get((size, "one"))
+        if cons and one and len(cons) == len(one):  # same iterations, same source topic
+            per = Stat.of([c / o for c, o in zip(cons, one, strict=True)])
+            ceiling.append(f"- {size} B: 1 receiver = {per.fmt(2)} of the read ceiling "
+                           f"(the bare consumer of the same iteration)")
+    if ceiling:
+        lines += ["Against the read ceiling (what reading the source alone allows; "
+                  "median [min, max] of per-iteration ratios):", "", *ceiling, ""]
     placed = [(size, i, r) for size in RECORD_SIZES
               for i, r in enumerate(res.runs.get((size, "two-cluster"), []))]
     if placed:
