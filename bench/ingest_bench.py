@@ -871,13 +871,24 @@ def render(res: Results, facts: dict[str, str], args: argparse.Namespace, cfg: I
     ceiling = []
     for size in RECORD_SIZES:
         cons, one = res.seconds.get((size, "consume")), res.seconds.get((size, "one"))
-        if cons and one and len(cons) == len(one):  # same iterations, same source topic
+        runs, n = res.runs.get((size, "one"), []), res.records.get(size, 0)
+        if cons and one and len(cons) == len(one) == len(runs):  # same iterations
             per = Stat.of([c / o for c, o in zip(cons, one, strict=True)])
-            ceiling.append(f"- {size} B: 1 receiver = {per.fmt(2)} of the read ceiling "
-                           f"(the bare consumer of the same iteration)")
+            # Reading and writing every byte through one broker on one machine: if
+            # the two shared its capacity, the pair could go no faster than this.
+            both = Stat.of([
+                (n / o) / (1 / (1 / (n / c) + 1 / r.raw_rate))
+                for c, o, r in zip(cons, one, runs, strict=True)])
+            ceiling.append(f"- {size} B: 1 receiver = {per.fmt(2)} of the read ceiling; "
+                           f"{both.fmt(2)} of the read-then-write bound")
     if ceiling:
-        lines += ["Against the read ceiling (what reading the source alone allows; "
-                  "median [min, max] of per-iteration ratios):", "", *ceiling, ""]
+        lines += ["Against what reading the source allows (median [min, max] of "
+                  "per-iteration ratios). *Read ceiling*: the bare consumer of the same "
+                  "iteration. *Read-then-write bound*: 1 / (1/consume + 1/raw produce) "
+                  "of the same iteration, the rate if reading the source and writing "
+                  "the WAL shared one broker's and one machine's capacity (a model, "
+                  "not a law: the receiver may overlap them on other cores):", "",
+                  *ceiling, ""]
     placed = [(size, i, r) for size in RECORD_SIZES
               for i, r in enumerate(res.runs.get((size, "two-cluster"), []))]
     if placed:

@@ -24,11 +24,15 @@ shows memory over the run and lines/s per batch around the kill.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +114,40 @@ def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
     return parts
 
 
+def _app_jvm(app_pid: int) -> int | None:
+    for pid, (_, pgrp) in _proc_table().items():
+        if pgrp == app_pid and pid != app_pid and "java" in _cmdline(pid).split(" ")[0]:
+            return pid
+    return None
+
+
+def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
+    """(RSS MiB, live heap MiB) of the app's JVM after a full GC forced with jcmd.
+
+    A JVM's RSS follows its committed heap, which G1 grows while garbage waits for
+    a collection and shrinks only after a full one; the live heap after a full GC
+    tells a leak (live data growing) from heap not yet given back. Run once, after
+    the last sample, so the growth figures are of the untouched run.
+    """
+    pid = _app_jvm(app_pid)
+    if pid is None:
+        return None
+    try:
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60,
+                       check=True)
+        time.sleep(2.0)
+        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        log(f"jcmd on the JVM {pid} failed: {exc}")
+        return None
+    used = re.search(r"used (\d+)K", info)
+    rss = rss_mib(pid)
+    if used is None or rss is None:
+        return None
+    return rss, int(used.group(1)) / 1024
+
+
 @dataclass
 class Soak:
     rate: float
@@ -119,6 +157,8 @@ class Soak:
     batches: list[dict[str, Any]] = field(default_factory=list)
     recovery: Recovery | None = None
     kill_wall: float = 0.0
+    jvm_gc_warm: tuple[float, float] | None = None  # (RSS, live heap) MiB after a full
+    jvm_gc: tuple[float, float] | None = None  # GC at the end of warm-up / at the end
 
 
 def growth(soak: Soak, part: str, warmup_s: float) -> tuple[float, float, float]:
@@ -136,6 +176,7 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
         rate: float) -> Soak:
     soak = Soak(rate)
     seconds = float(cfg["minutes"]) * 60
+    warmup_s = float(cfg["warmup_min"]) * 60
 
     def history(app: App, server: LineServer) -> None:
         t0 = time.monotonic()
@@ -146,12 +187,17 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
             server.run_phase(ph, SAMPLE_S)
             soak.sent += ph.sent
             soak.samples.append((time.monotonic() - t0, sample(app.proc.pid, broker_pid)))
+            if soak.jvm_gc_warm is None and soak.samples[-1][0] >= warmup_s:
+                # Before the baseline minute: its RSS starts from a collected heap, so
+                # the JVM's growth figure is, if anything, too high.
+                soak.jvm_gc_warm = jvm_after_full_gc(app.proc.pid) or (0.0, 0.0)
             if len(soak.samples) % 6 == 0:
                 last = soak.samples[-1][1]
                 log(f"soak {soak.samples[-1][0] / 60:.1f} min: " +
                     ", ".join(f"{k} {v:.0f} MiB" for k, v in last.items()))
         soak.achieved = soak.sent / max(1e-9, time.time() - first.start)
         soak.batches = app.batches()
+        soak.jvm_gc = jvm_after_full_gc(app.proc.pid)
 
     soak.recovery = measure("ours", bootstrap, workdir, BACKLOG, seconds, history)
     outs = sorted(workdir.glob("ours-*.jsonl"))
@@ -160,20 +206,28 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
     return soak
 
 
-def plot(soak: Soak, warmup_s: float, path: Path) -> bool:
+def plot(soak: Soak, warmup_s: float, path: Path,
+         marks: Sequence[tuple[float, str]] = ()) -> bool:
+    """Memory over the run (``marks``: (seconds, label) lines) and, when the batches
+    were kept, lines per batch around the kill."""
     plt = pyplot()
     if plt is None:
         return False
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7))
+    fig, axes = plt.subplots(2 if soak.batches else 1, 1, figsize=(9, 7 if soak.batches else 4),
+                             squeeze=False)
+    ax1 = axes[0][0]
     xs = [t / 60 for t, _ in soak.samples]
     for part in PARTS:
         ax1.plot(xs, [s[part] for _, s in soak.samples], label=part)
     ax1.axvline(warmup_s / 60, color="grey", linestyle=":", label="end of warm-up")
+    for t, label in marks:
+        ax1.axvline(t / 60, color="black", linestyle="--", linewidth=0.8, label=label)
     ax1.set_xlabel("minutes")
     ax1.set_ylabel("RSS (MiB)")
     ax1.set_title(f"walstream word count at {soak.rate:.0f} lines/s: resident memory")
     ax1.legend(fontsize=8)
     if soak.batches:
+        ax2 = axes[1][0]
         tail_from = soak.batches[-1]["wall"] - 240
         pts = [b for b in soak.batches if b["wall"] >= tail_from]
         t_end = soak.batches[-1]["wall"]
@@ -220,6 +274,15 @@ def render(soak: Soak, cfg: dict[str, Any], facts: dict[str, str], size: str,
         md_table(["Part", "After warm-up (MiB)", "End (MiB)", "Peak (MiB)", "Growth"], rows),
         "", *verdicts, "",
     ]
+    if soak.jvm_gc is not None and soak.jvm_gc_warm and soak.jvm_gc_warm[0] > 0:
+        lines += [f"Driver JVM after a full GC forced (`jcmd GC.run`) at the end of warm-up "
+                  f"(before the baseline minute) and after the last sample: RSS "
+                  f"{soak.jvm_gc_warm[0]:.0f} -> **{soak.jvm_gc[0]:.0f} MiB**, live heap "
+                  f"{soak.jvm_gc_warm[1]:.0f} -> **{soak.jvm_gc[1]:.0f} MiB** (max heap: "
+                  "spark.driver.memory). A JVM's "
+                  "RSS follows its committed heap, which grows while garbage waits and "
+                  "shrinks only after a full collection: a leak shows as live heap "
+                  "growing, not as RSS alone.", ""]
     if r is not None:
         lines += [
             "## Recovery after the long history", "",
@@ -263,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
             soak = run(broker.bootstrap, broker.pid, workdir, cfg, rate)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    # The raw samples and batches beside the results, so the plot can be redrawn
+    # (a run without matplotlib, or another view) without another 30-minute run.
+    args.out.with_suffix(".json").write_text(json.dumps({
+        "samples": soak.samples, "batches": soak.batches[-600:],
+        "jvm_gc_warm": soak.jvm_gc_warm, "jvm_gc": soak.jvm_gc}, indent=None))
     png = args.out.parent / "soak.png"
     plotted = png.name if plot(soak, float(cfg["warmup_min"]) * 60, png) else None
     write_results(args.out, render(soak, cfg, facts, args.size,
