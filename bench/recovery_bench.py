@@ -82,6 +82,9 @@ class Recovery:
     caught_up_s: float = float("nan")
     batches_rerun: int = 0
     note: str = ""
+    kill_wall: float = 0.0  # time.time() of the SIGKILL
+    restart_wall: float = 0.0  # time.time() of the restart command
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall, lines) per batch
 
 
 def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
@@ -148,6 +151,8 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
             time.sleep(0.1)
         else:
             res.note = f"not caught up in {restart_timeout_s:.0f} s"
+        res.kill_wall, res.restart_wall = killed_ms / 1000, t0
+        res.timeline = [(b["wall"], int(b["records"])) for b in restarted.batches()]
     finally:
         for a in (app, restarted):
             if a is not None:
@@ -168,6 +173,7 @@ class Cell:
     blocks: list[int] = field(default_factory=list)
     exact: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    example: Recovery | None = None  # the first run, for the plot around the kill
 
 
 def _fmt(values: list[float], digits: int = 1) -> str:
@@ -202,9 +208,43 @@ def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) ->
     return True
 
 
+def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> bool:
+    """Lines per completed batch against seconds from the SIGKILL, both systems."""
+    plt = pyplot()
+    if plt is None:
+        return False
+    examples = [c.example for (_, b), c in sorted(cells.items()) if b == backlog and c.example]
+    if not examples:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for r in examples:
+        xs: list[float] = []
+        ys: list[float] = []
+        for w, n in r.timeline:
+            if w - r.kill_wall < -40:
+                continue
+            if xs and w - r.kill_wall - xs[-1] > 3:  # no batch completed: a gap, no line
+                xs.append(float("nan"))
+                ys.append(float("nan"))
+            xs.append(w - r.kill_wall)
+            ys.append(n)
+        ax.plot(xs, ys, ".-", markersize=3,
+                label=f"{_label(r.impl)} (restart command at "
+                      f"+{r.restart_wall - r.kill_wall:.1f} s)")
+    ax.axvline(0, color="red", linestyle="--", linewidth=0.8, label="SIGKILL")
+    ax.set_xlabel("seconds from the SIGKILL (batch completion time)")
+    ax.set_ylabel("lines in the completed batch")
+    ax.set_title(f"Around a driver SIGKILL at a backlog of ~{backlog:,} blocks")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[str, Any],
            facts: dict[str, str], size: str, runs: int, elapsed: float,
-           plotted: str | None) -> str:
+           plots: list[tuple[str, str]]) -> str:
     rows = []
     verdicts = []
     for b in backlogs:
@@ -254,8 +294,8 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
                   "(b) walstream caught up (s)"], rows), "",
         *verdicts, "",
     ]
-    if plotted:
-        lines += [f"![recovery against backlog]({plotted})", ""]
+    for alt, name in plots:
+        lines += [f"![{alt}]({name})", ""]
     if notes:
         lines += ["## Notes", "", *notes, ""]
     return "\n".join(lines)
@@ -286,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                                     restart_timeout_s=args.restart_timeout)
                         c = cells[(impl, b)]
                         c.first.append(r.first_batch_s)
+                        c.example = c.example or r
                         c.caught.append(r.caught_up_s)
                         c.blocks.append(r.nominal_blocks)
                         if r.exact_blocks is not None:
@@ -296,9 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     # RESULTS-recovery.md -> recovery-backlog.png; another --out gets its own plot.
     png = args.out.with_name(args.out.stem.replace("RESULTS-", "") + "-backlog.png")
-    plotted = png.name if plot(cells, backlogs, png) else None
+    plots = [("recovery against backlog", png.name)] if plot(cells, backlogs, png) else []
+    kill_png = png.with_name(png.name.replace("-backlog.png", "-kill.png"))
+    if plot_kill(cells, backlogs[0], kill_png):
+        plots.append(("throughput around the kill", kill_png.name))
     write_results(args.out, render(cells, backlogs, cfg, facts, args.size, runs,
-                                   time.monotonic() - started, plotted))
+                                   time.monotonic() - started, plots))
     return 0
 
 
