@@ -412,6 +412,12 @@ class KafkaWriteAheadLog(WriteAheadLog):
             self._stop_poller()
             self._cleaner.shutdown(wait=True)
             self._reader.close()
+            # Release the librdkafka clients now rather than when this object is
+            # collected: a closed WAL kept reconnecting to a broker that had gone.
+            # Safe: writes check _closed first, and the poller and cleaner are done.
+            with self._produce_lock:
+                self._producer = None
+                self._admin = None
 
 
 def _log_failure(name: str) -> Any:
