@@ -148,6 +148,12 @@ class BlockGenerator:
             self._cond.notify_all()
         self._timer.join(timeout_s)  # it cuts the last block and exits
         self._pusher.join(timeout_s)  # it drains the queue and exits
+        if self._pusher.is_alive():
+            # A store is still retrying: its block is not reported yet, and once the
+            # WAL is closed under it the store fails and the block is never reported
+            # (its source positions stay unacknowledged, so they are read again).
+            log.error("stream %d: blocks still being pushed after %.0f s; stopping anyway",
+                      self.stream_id, timeout_s)
         with self._cond:
             self._state = _State.STOPPED_ALL
 
@@ -313,12 +319,18 @@ class BlockGenerator:
                     self._finished(None, None)
                     continue
                 assert begin is not None
-                token = begin(block_id, records)
-                if pending is not None:
-                    begun, block_id = block_id, pending[0]
-                    self._finished(finish, pending[1])
-                    block_id = begun
-                pending = (block_id, token)
+                begun = block_id
+                prev, pending = pending, None
+                try:
+                    pending = (begun, begin(begun, records))
+                finally:
+                    # Block N is finished whether or not N+1 could begin: a bad block
+                    # N+1 must not cost N its report. block_id names the block whose
+                    # step raised, for the error below.
+                    if prev is not None:
+                        block_id = prev[0]
+                        self._finished(finish, prev[1])
+                        block_id = begun
         except BaseException as exc:
             # Stop pushing: a later block must never be reported (and its source
             # acknowledged) after an earlier one was lost, or the source would

@@ -418,6 +418,8 @@ class ReceiverSupervisor:
             return self.wal.write(pending.payload, int(time.time() * 1000))
         try:
             return pending.future.result(timeout=self.config.store_timeout_s)
+        except WalError:
+            raise  # the write's own failure (a WalWriteTimeoutError is a TimeoutError too)
         except FutureTimeout:
             raise WalWriteTimeoutError(
                 f"no acknowledgement within store_timeout_s={self.config.store_timeout_s}"

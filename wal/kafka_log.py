@@ -136,6 +136,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
+            self._check_open()  # never a new client after close() released the old one
             self._admin = AdminClient(
                 {"bootstrap.servers": self.bootstrap_servers,
                  "socket.connection.setup.timeout.ms": 10_000}
@@ -286,10 +287,14 @@ class KafkaWriteAheadLog(WriteAheadLog):
             # created. Created after the topic, the first write took 0.5-1 s more
             # on the embedded broker (measured; a receiver's first block waits on it).
             with self._produce_lock:
+                self._check_open()  # a close() since the check above released the clients
                 self._producer_client()
         seg = self._segment_for(time_ms, deadline)
         ack = _Ack(self.name, seg.topic, len(frames))
         with self._produce_lock:
+            # Checked under the lock close() marks the WAL closed under: a frame
+            # produced here is in the producer before close() flushes it.
+            self._check_open()
             producer = self._producer_client()
             for i, frame in enumerate(frames):
                 while True:
@@ -400,9 +405,10 @@ class KafkaWriteAheadLog(WriteAheadLog):
         return self._layout(self.config.admin_timeout_s)[0]
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._produce_lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
             if self._producer is not None:
                 left = self._producer.flush(self.config.write_timeout_s)

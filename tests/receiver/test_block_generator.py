@@ -530,10 +530,13 @@ class PipelinedListener(RecordingListener):
         self.finish_gate = threading.Event()
         self.finish_gate.set()
         self.fail_finish = fail_finish
+        self.fail_begin: str | None = None
         self.begun: list[str] = []
         self.finished: list[str] = []
 
     def begin_push_block(self, block_id: str, records: list[Any]) -> Any:
+        if block_id == self.fail_begin:
+            raise RuntimeError(f"cannot encode {block_id}")
         with self.lock:
             self.log.append(("begin", block_id, None))
             self.begun.append(block_id)
@@ -618,3 +621,25 @@ def test_pipelined_stop_finishes_every_block(generators: list[BlockGenerator]) -
     g.stop(timeout_s=WAIT_S)
     assert listener.pushed_records() == list(range(95))
     assert listener.finished == listener.generated == listener.begun
+
+
+def test_pipelined_begin_failure_still_finishes_the_block_before_it(
+    generators: list[BlockGenerator],
+) -> None:
+    # Block N+1 cannot begin (say its records cannot be encoded): block N, already
+    # stored, must still be finished (reported) before the pusher stops.
+    listener = PipelinedListener()
+    listener.finish_gate.clear()
+    g = make(generators, listener, block_interval_ms=5, queue_size=10, max_block_records=1)
+    g.add_data(0)
+    wait_until(lambda: listener.begun != [], what="first block begun")
+    g.add_data(1)
+    g.add_data(2)
+    wait_until(lambda: len(listener.generated) == 3, what="three blocks cut")
+    listener.fail_begin = listener.generated[2]
+    listener.finish_gate.set()
+    wait_until(lambda: listener.errors != [], what="on_error")
+    g.stop(timeout_s=WAIT_S)
+    assert listener.finished == listener.generated[:2]  # block 2 finished despite 3
+    assert listener.pushed_records() == [0, 1]
+    assert listener.generated[2] in listener.errors[0][0]  # the error names block 3

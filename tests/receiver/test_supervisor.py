@@ -6,6 +6,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -33,6 +34,8 @@ from tests.receiver.conftest import (
     store_each,
     wait_until,
 )
+from wal.errors import WalWriteTimeoutError
+from wal.handle import RecordHandle
 from walstream.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
@@ -619,4 +622,34 @@ def test_pipelined_store_can_be_switched_off(supervisors: list[ReceiverSuperviso
     run_to_end(sup, receiver)
     assert wal.async_calls == 0
     assert reporter.reported_items() == [0, 1, 2]
+    wal.close()
+
+
+class _ExpiringWAL(AsyncMemoryWAL):
+    """Every asynchronous write fails as the Kafka WAL's does when librdkafka's
+    delivery timeout expires: its Future raises ``WalWriteTimeoutError``."""
+
+    def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
+        self.async_calls += 1
+        failed: Future[RecordHandle] = Future()
+        failed.set_exception(WalWriteTimeoutError("delivery timed out (librdkafka)"))
+        return failed
+
+
+def test_a_write_that_times_out_in_the_wal_keeps_its_own_error(
+    supervisors: list[ReceiverSupervisor],
+) -> None:
+    # WalWriteTimeoutError is a TimeoutError, and so is the Future's own timeout on
+    # Python 3.11: the write's own failure must not be reported as store_timeout_s.
+    wal = _ExpiringWAL()
+    reporter = FakeReporter(wal)
+    sup, _receiver = pipelined_sup(wal, reporter, store_each(1), supervisors,
+                                  store_retries=1)  # the error is the first try's
+    sup.start()
+    assert sup.await_termination(WAIT_S)
+    assert isinstance(sup.error, BlockStoreError)
+    assert isinstance(sup.error.__cause__, WalWriteTimeoutError)
+    assert "delivery timed out (librdkafka)" in str(sup.error), str(sup.error)
+    assert "store_timeout_s" not in str(sup.error)
+    assert "add_block" not in reporter.call_names()
     wal.close()
