@@ -308,6 +308,20 @@ def bench_parser(doc: str, sizes: Sequence[str], out: Path) -> argparse.Argument
     return ap
 
 
+def with_gaps(points: Sequence[tuple[float, float]], gap: float) -> tuple[list[float], list[float]]:
+    """x and y lists for a line plot, broken (NaN) where x jumps by more than ``gap``:
+    no batch completed there, and a line across the gap would show one."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for x, y in points:
+        if xs and x - xs[-1] > gap:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
 def pyplot() -> Any | None:
     """matplotlib.pyplot on the Agg backend, or None (logged) when not installed."""
     try:

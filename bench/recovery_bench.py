@@ -57,6 +57,7 @@ from bench.common import (
     md_facts,
     md_table,
     pyplot,
+    with_gaps,
     write_results,
 )
 from bench.peer_bench import ROOT, App, LineServer, Phase, _label, _wait_connected
@@ -218,16 +219,8 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
         return False
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for r in examples:
-        xs: list[float] = []
-        ys: list[float] = []
-        for w, n in r.timeline:
-            if w - r.kill_wall < -40:
-                continue
-            if xs and w - r.kill_wall - xs[-1] > 3:  # no batch completed: a gap, no line
-                xs.append(float("nan"))
-                ys.append(float("nan"))
-            xs.append(w - r.kill_wall)
-            ys.append(n)
+        xs, ys = with_gaps([(w - r.kill_wall, float(n)) for w, n in r.timeline
+                            if w - r.kill_wall >= -40], gap=3.0)
         ax.plot(xs, ys, ".-", markersize=3,
                 label=f"{_label(r.impl)} (restart command at "
                       f"+{r.restart_wall - r.kill_wall:.1f} s)")

@@ -47,6 +47,7 @@ from bench.common import (
     md_table,
     pyplot,
     rss_mib,
+    with_gaps,
     write_results,
 )
 from bench.peer_bench import ROOT, App, LineServer, Phase
@@ -157,8 +158,7 @@ class Soak:
     batches: list[dict[str, Any]] = field(default_factory=list)
     recovery: Recovery | None = None
     kill_wall: float = 0.0
-    jvm_gc_warm: tuple[float, float] | None = None  # (RSS, live heap) MiB after a full
-    jvm_gc: tuple[float, float] | None = None  # GC at the end of warm-up / at the end
+    jvm_gc: tuple[float, float] | None = None  # (RSS, live heap) MiB after a full GC at the end
 
 
 def growth(soak: Soak, part: str, warmup_s: float) -> tuple[float, float, float]:
@@ -176,7 +176,6 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
         rate: float) -> Soak:
     soak = Soak(rate)
     seconds = float(cfg["minutes"]) * 60
-    warmup_s = float(cfg["warmup_min"]) * 60
 
     def history(app: App, server: LineServer) -> None:
         t0 = time.monotonic()
@@ -187,10 +186,6 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
             server.run_phase(ph, SAMPLE_S)
             soak.sent += ph.sent
             soak.samples.append((time.monotonic() - t0, sample(app.proc.pid, broker_pid)))
-            if soak.jvm_gc_warm is None and soak.samples[-1][0] >= warmup_s:
-                # Before the baseline minute: its RSS starts from a collected heap, so
-                # the JVM's growth figure is, if anything, too high.
-                soak.jvm_gc_warm = jvm_after_full_gc(app.proc.pid) or (0.0, 0.0)
             if len(soak.samples) % 6 == 0:
                 last = soak.samples[-1][1]
                 log(f"soak {soak.samples[-1][0] / 60:.1f} min: " +
@@ -231,7 +226,8 @@ def plot(soak: Soak, warmup_s: float, path: Path,
         tail_from = soak.batches[-1]["wall"] - 240
         pts = [b for b in soak.batches if b["wall"] >= tail_from]
         t_end = soak.batches[-1]["wall"]
-        ax2.plot([b["wall"] - t_end for b in pts], [b["records"] / 1.0 for b in pts], ".-")
+        ax2.plot(*with_gaps([(b["wall"] - t_end, float(b["records"])) for b in pts], gap=3.0),
+                 ".-")
         ax2.set_xlabel("seconds before the last batch (completion time)")
         ax2.set_ylabel("lines per completed batch")
         ax2.set_title("Around the kill: slow sink (backlog), SIGKILL, restart, catch-up")
@@ -274,12 +270,10 @@ def render(soak: Soak, cfg: dict[str, Any], facts: dict[str, str], size: str,
         md_table(["Part", "After warm-up (MiB)", "End (MiB)", "Peak (MiB)", "Growth"], rows),
         "", *verdicts, "",
     ]
-    if soak.jvm_gc is not None and soak.jvm_gc_warm and soak.jvm_gc_warm[0] > 0:
-        lines += [f"Driver JVM after a full GC forced (`jcmd GC.run`) at the end of warm-up "
-                  f"(before the baseline minute) and after the last sample: RSS "
-                  f"{soak.jvm_gc_warm[0]:.0f} -> **{soak.jvm_gc[0]:.0f} MiB**, live heap "
-                  f"{soak.jvm_gc_warm[1]:.0f} -> **{soak.jvm_gc[1]:.0f} MiB** (max heap: "
-                  "spark.driver.memory). A JVM's "
+    if soak.jvm_gc is not None:
+        lines += [f"Driver JVM after a full GC forced (`jcmd GC.run`) after the last sample: "
+                  f"RSS **{soak.jvm_gc[0]:.0f} MiB**, live heap **{soak.jvm_gc[1]:.0f} MiB** "
+                  "(max heap: spark.driver.memory). A JVM's "
                   "RSS follows its committed heap, which grows while garbage waits and "
                   "shrinks only after a full collection: a leak shows as live heap "
                   "growing, not as RSS alone.", ""]
@@ -330,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     # (a run without matplotlib, or another view) without another 30-minute run.
     args.out.with_suffix(".json").write_text(json.dumps({
         "samples": soak.samples, "batches": soak.batches[-600:],
-        "jvm_gc_warm": soak.jvm_gc_warm, "jvm_gc": soak.jvm_gc}, indent=None))
+        "jvm_gc": soak.jvm_gc}, indent=None))
     png = args.out.parent / "soak.png"
     plotted = png.name if plot(soak, float(cfg["warmup_min"]) * 60, png) else None
     write_results(args.out, render(soak, cfg, facts, args.size,
