@@ -553,19 +553,28 @@ class PipelinedListener(RecordingListener):
             self.pushed.append((block_id, records))
 
 
-def test_pipelined_push_begins_the_next_block_before_finishing_one(
-    generators: list[BlockGenerator],
-) -> None:
+def held_pipeline(generators: list[BlockGenerator], blocks: int,
+                  ) -> tuple[PipelinedListener, BlockGenerator]:
+    """A pipelined generator with ``blocks`` one-record blocks (records 0, 1, ...)
+    cut: the first begun and its finish held by the closed ``finish_gate``, the
+    rest queued behind it."""
     listener = PipelinedListener()
     listener.finish_gate.clear()
     g = make(generators, listener, block_interval_ms=5, queue_size=10, max_block_records=1)
     g.add_data(0)
     wait_until(lambda: listener.begun != [], what="first block begun")
-    for i in range(1, 4):
+    for i in range(1, blocks):
         g.add_data(i)
+    wait_until(lambda: len(listener.generated) == blocks, what=f"{blocks} blocks cut")
+    return listener, g
+
+
+def test_pipelined_push_begins_the_next_block_before_finishing_one(
+    generators: list[BlockGenerator],
+) -> None:
     # Block 1 is alone when the pusher takes it, so it is finished at once (held
     # here); blocks 2-4 queue up behind it and are then pipelined one deep.
-    wait_until(lambda: len(listener.generated) == 4, what="four blocks cut")
+    listener, g = held_pipeline(generators, 4)
     listener.finish_gate.set()
     wait_until(lambda: len(listener.finished) == 4, what="all blocks finished")
     b = listener.generated
@@ -628,14 +637,7 @@ def test_pipelined_begin_failure_still_finishes_the_block_before_it(
 ) -> None:
     # Block N+1 cannot begin (say its records cannot be encoded): block N, already
     # stored, must still be finished (reported) before the pusher stops.
-    listener = PipelinedListener()
-    listener.finish_gate.clear()
-    g = make(generators, listener, block_interval_ms=5, queue_size=10, max_block_records=1)
-    g.add_data(0)
-    wait_until(lambda: listener.begun != [], what="first block begun")
-    g.add_data(1)
-    g.add_data(2)
-    wait_until(lambda: len(listener.generated) == 3, what="three blocks cut")
+    listener, g = held_pipeline(generators, 3)
     listener.fail_begin = listener.generated[2]
     listener.finish_gate.set()
     wait_until(lambda: listener.errors != [], what="on_error")
