@@ -85,7 +85,7 @@ class Recovery:
     note: str = ""
     kill_wall: float = 0.0  # time.time() of the SIGKILL
     restart_wall: float = 0.0  # time.time() of the restart command
-    timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall, lines) per batch
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall, words) per batch
 
 
 def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
@@ -153,7 +153,9 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
         else:
             res.note = f"not caught up in {restart_timeout_s:.0f} s"
         res.kill_wall, res.restart_wall = killed_ms / 1000, t0
-        res.timeline = [(b["wall"], int(b["records"])) for b in restarted.batches()]
+        # Words the batch's output counted, not the listener's numRecords: Spark
+        # reports 0 records for batches it recovers from its WAL.
+        res.timeline = [(b["wall"], int(b["words"])) for b in restarted.batches()]
     finally:
         for a in (app, restarted):
             if a is not None:
@@ -210,7 +212,7 @@ def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) ->
 
 
 def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> bool:
-    """Lines per completed batch against seconds from the SIGKILL, both systems."""
+    """Words counted per completed batch against seconds from the SIGKILL, both systems."""
     plt = pyplot()
     if plt is None:
         return False
@@ -226,7 +228,7 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
                       f"+{r.restart_wall - r.kill_wall:.1f} s)")
     ax.axvline(0, color="red", linestyle="--", linewidth=0.8, label="SIGKILL")
     ax.set_xlabel("seconds from the SIGKILL (batch completion time)")
-    ax.set_ylabel("lines in the completed batch")
+    ax.set_ylabel("words counted by the completed batch")
     ax.set_title(f"Around a driver SIGKILL at a backlog of ~{backlog:,} blocks")
     ax.legend(fontsize=8)
     fig.tight_layout()

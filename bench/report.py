@@ -22,6 +22,7 @@ PARTS = [
     ("RESULTS-peer.md", "2. Peer: Spark's own receiver WAL"),
     ("RESULTS-recovery.md", "3. Recovery time against backlog"),
     ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
+    ("RESULTS-recovery-small.md", "3c. Around a driver kill (small run, with its plot)"),
     ("RESULTS-soak.md", "3b/5. Soak: memory over 30 minutes, recovery after it"),
     ("RESULTS-addblock.md", "4. Driver WAL: AddBlock"),
     ("RESULTS-wal.md", "WAL write throughput vs raw produce"),
