@@ -876,9 +876,9 @@ def render(res: Results, facts: dict[str, str], args: argparse.Namespace, cfg: I
             per = Stat.of([c / o for c, o in zip(cons, one, strict=True)])
             # Reading and writing every byte through one broker on one machine: if
             # the two shared its capacity, the pair could go no faster than this.
-            both = Stat.of([
-                (n / o) / (1 / (1 / (n / c) + 1 / r.raw_rate))
-                for c, o, r in zip(cons, one, runs, strict=True)])
+            # Seconds per record of the bound = read's + raw write's.
+            both = Stat.of([(n / o) * (c / n + 1 / r.raw_rate)
+                            for c, o, r in zip(cons, one, runs, strict=True)])
             ceiling.append(f"- {size} B: 1 receiver = {per.fmt(2)} of the read ceiling; "
                            f"{both.fmt(2)} of the read-then-write bound")
     if ceiling:

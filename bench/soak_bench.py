@@ -84,6 +84,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _app_jvms(app_pid: int, table: dict[int, tuple[int, int]]) -> set[int]:
+    """The JVMs in the app's process group (the driver's, started by PySpark)."""
+    return {pid for pid, (_, pgrp) in table.items()
+            if pgrp == app_pid and pid != app_pid
+            and "java" in _cmdline(pid).split(" ")[0]}
+
+
 def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
     """MiB per part; a part with no process reads 0.
 
@@ -93,16 +100,15 @@ def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
     """
     parts = dict.fromkeys(PARTS, 0.0)
     table = _proc_table()
-    jvms = set()
+    jvms = _app_jvms(app_pid, table)
     for pid, (_, pgrp) in table.items():
         if pgrp != app_pid:
             continue
         mib = rss_mib(pid) or 0.0
         if pid == app_pid:
             parts["driver (Python)"] += mib
-        elif "java" in _cmdline(pid).split(" ")[0]:
+        elif pid in jvms:
             parts["driver JVM"] += mib
-            jvms.add(pid)
         else:
             parts["Python workers"] += mib
     worker_groups = {pgrp for pid, (ppid, pgrp) in table.items()
@@ -115,13 +121,6 @@ def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
     return parts
 
 
-def _app_jvm(app_pid: int) -> int | None:
-    for pid, (_, pgrp) in _proc_table().items():
-        if pgrp == app_pid and pid != app_pid and "java" in _cmdline(pid).split(" ")[0]:
-            return pid
-    return None
-
-
 def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
     """(RSS MiB, live heap MiB) of the app's JVM after a full GC forced with jcmd.
 
@@ -130,9 +129,10 @@ def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
     tells a leak (live data growing) from heap not yet given back. Run once, after
     the last sample, so the growth figures are of the untouched run.
     """
-    pid = _app_jvm(app_pid)
-    if pid is None:
+    jvms = _app_jvms(app_pid, _proc_table())
+    if not jvms:
         return None
+    pid = min(jvms)
     try:
         subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60,
                        check=True)
