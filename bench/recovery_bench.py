@@ -105,14 +105,16 @@ History = Callable[[App, LineServer], None]
 
 def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
             history_s: float, history: History | None = None,
-            restart_timeout_s: float = RESTART_TIMEOUT_S) -> Recovery:
+            restart_timeout_s: float = RESTART_TIMEOUT_S,
+            block_ms: int = BLOCK_MS) -> Recovery:
     """Steps 1-4 of the module docstring; ``history`` replaces step 1 (the soak's run).
-    ``restart_timeout_s`` bounds the wait for the restarted app to catch up."""
+    ``restart_timeout_s`` bounds the wait for the restarted app to catch up;
+    ``block_ms`` is the block interval (the backlog phase lasts ``backlog x block_ms``)."""
     res = Recovery(impl, backlog, history_s)
     server = LineServer()
     gate = workdir / f"gate-{impl}-{server.port}"
     env = {"PEER_GATE": str(gate)}
-    extra = ["--block-interval-ms", str(BLOCK_MS)]
+    extra = ["--block-interval-ms", str(block_ms)]
     app = App(impl, server.port, bootstrap, workdir, extra, env)
     restarted: App | None = None
     try:
@@ -124,12 +126,12 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
         done_ms = max((b["t"] for b in app.batches()), default=0)
         gate.touch()  # 2. backlog
         gated = Phase(RATE)
-        server.run_phase(gated, backlog * BLOCK_MS / 1000)
+        server.run_phase(gated, backlog * block_ms / 1000)
         res.backlog_lines = gated.sent
-        time.sleep(2 * BLOCK_MS / 1000 + 0.5)  # the last block is stored and reported
+        time.sleep(2 * block_ms / 1000 + 0.5)  # the last block is stored and reported
         killed_ms = time.time() * 1000
         app.kill()  # 3. crash
-        res.nominal_blocks = round((killed_ms - done_ms) / BLOCK_MS)
+        res.nominal_blocks = round((killed_ms - done_ms) / block_ms)
         if impl == "ours":
             res.exact_blocks = ours_backlog_blocks(app.checkpoint, bootstrap, done_ms)
         gate.unlink()
@@ -270,12 +272,14 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
             "App": "`bench/peer_app.py` (the peer benchmark's word count) with "
                    "`StreamingContext.getOrCreate`; (a) pyspark.streaming with the receiver "
                    "WAL, (b) walstream",
-            "Spark": f"local[3], batch {1} s, block interval {BLOCK_MS} ms, checkpoint "
+            "Spark": f"local[3], batch {1} s, block interval {cfg['block_ms']} ms, checkpoint "
                      "directory on local disk",
             "History": f"{cfg['history_s']:.0f} s at {RATE:.0f} lines/s before the backlog",
             "Backlog": "the output operation waits (slow sink) while lines flow on for "
-                       f"backlog x {BLOCK_MS} ms; then SIGKILL of the app's process group",
-            "Backlog blocks": f"for both: {BLOCK_MS} ms block intervals (each with data) "
+                       f"backlog x {cfg['block_ms']} ms; then SIGKILL of the app's process "
+                       "group",
+            "Backlog blocks": f"for both: {cfg['block_ms']} ms block intervals (each with "
+                              "data) "
                               "from the last completed batch to the kill; for (b) also "
                               "the exact count in the tracker state the restart begins "
                               "with (unallocated blocks and those of unfinished batches)",
@@ -302,8 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backlogs", type=int, nargs="*", default=None)
     ap.add_argument("--restart-timeout", type=float, default=RESTART_TIMEOUT_S,
                     help="seconds to wait for a restarted app to catch up")
+    ap.add_argument("--block-ms", type=int, default=BLOCK_MS,
+                    help="block interval; a shorter one builds a large backlog sooner")
+    ap.add_argument("--history-s", type=float, default=None,
+                    help="seconds of processed input before the backlog")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
+    cfg["block_ms"] = args.block_ms
+    if args.history_s is not None:
+        cfg["history_s"] = args.history_s
     runs = args.runs or int(cfg["runs"])
     backlogs = args.backlogs or list(cfg["backlogs"])
     exit_on_sigterm()
@@ -318,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                     for impl in ("spark", "ours"):  # interleaved: drift hits both alike
                         log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
                         r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"],
-                                    restart_timeout_s=args.restart_timeout)
+                                    restart_timeout_s=args.restart_timeout,
+                                    block_ms=args.block_ms)
                         c = cells[(impl, b)]
                         c.first.append(r.first_batch_s)
                         c.example = c.example or r
