@@ -191,12 +191,18 @@ def _median(values: list[float]) -> float:
     return statistics.median(ok) if ok else float("nan")
 
 
+def _count(values: list[int]) -> str:
+    return f"{statistics.median(values):,.0f}" if values else "n/a"
+
+
 def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) -> bool:
     plt = pyplot()
     if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(8, 5))
     for impl in ("spark", "ours"):
+        if not all(cells[(impl, b)].blocks for b in backlogs):
+            continue  # not run (--impls)
         xs = [statistics.median(cells[(impl, b)].blocks) for b in backlogs]
         for key, style in (("first", "-o"), ("caught", "--s")):
             ys = [_median(getattr(cells[(impl, b)], key)) for b in backlogs]
@@ -247,14 +253,15 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
     for b in backlogs:
         a, o = cells[("spark", b)], cells[("ours", b)]
         ratio = _median(o.first) / _median(a.first)
-        exact = f" (exact {statistics.median(o.exact):,.0f})" if o.exact else ""
-        rows.append([f"{b:,}", f"{statistics.median(a.blocks):,.0f} / "
-                     f"{statistics.median(o.blocks):,.0f}{exact}",
+        exact = f" (exact {_count(o.exact)})" if o.exact else ""
+        rows.append([f"{b:,}", f"{_count(a.blocks)} / {_count(o.blocks)}{exact}",
                      _fmt(a.first), _fmt(o.first), f"{ratio:.2f}",
                      _fmt(a.caught), _fmt(o.caught)])
-        verdicts.append(f"- backlog {b:,}: first batch (b)/(a) = **{ratio:.2f}** "
-                        f"(target <= 0.5): **{'met' if ratio <= 0.5 else 'missed'}**")
-        if statistics.median(a.blocks) > 1.2 * statistics.median(o.blocks):
+        if ratio == ratio:
+            verdicts.append(f"- backlog {b:,}: first batch (b)/(a) = **{ratio:.2f}** "
+                            f"(target <= 0.5): **{'met' if ratio <= 0.5 else 'missed'}**")
+        if a.blocks and o.blocks and \
+                statistics.median(a.blocks) > 1.2 * statistics.median(o.blocks):
             verdicts.append(
                 f"  (a) had more to redo at backlog {b:,}: it had fallen behind during the "
                 "history (its last completed batch was older at the kill), so its caught-up "
@@ -310,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="block interval; a shorter one builds a large backlog sooner")
     ap.add_argument("--history-s", type=float, default=None,
                     help="seconds of processed input before the backlog")
+    ap.add_argument("--impls", nargs="+", choices=("spark", "ours"),
+                    default=["spark", "ours"], help="systems to measure (default both)")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     cfg["block_ms"] = args.block_ms
@@ -326,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             facts = machine_info(broker.description)
             for i in range(runs):
                 for b in backlogs:
-                    for impl in ("spark", "ours"):  # interleaved: drift hits both alike
+                    for impl in args.impls:  # interleaved: drift hits both alike
                         log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
                         r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"],
                                     restart_timeout_s=args.restart_timeout,
