@@ -15,6 +15,13 @@ the app's process group), and the embedded broker.
 Growth is the mean of the last tenth of the samples over the mean of the first
 minute after warm-up (``warmup_min``), minus one; the target is < 10% per part.
 
+A JVM's RSS follows the heap G1 has committed, not the data it holds, so the JVM
+is also watched from inside: its GC log is switched on in the running process
+(``jcmd VM.log``) and the lowest heap a collection left each minute is reported
+beside the RSS, and after the last sample a full GC gives the live heap and a
+class histogram what it is made of. These explain the JVM's RSS; they are not
+target lines.
+
 At the end the soak becomes a recovery measurement (``bench.recovery_bench``
 steps 2-4): a backlog of 1,000 blocks, SIGKILL, restart with getOrCreate, so its
 restart time after the long history can be set beside the same backlog after one
@@ -121,6 +128,53 @@ def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
     return parts
 
 
+def _jcmd(pid: int, *args: str) -> str | None:
+    """``jcmd PID ARGS`` output, or None (logged) when it fails."""
+    try:
+        return subprocess.run(["jcmd", str(pid), *args], capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        log(f"jcmd {' '.join(args)} on the JVM {pid} failed: {exc}")
+        return None
+
+
+def start_gc_log(app_pid: int, path: Path) -> bool:
+    """Log every GC of the app's JVM to ``path`` from now on (``jcmd VM.log``).
+
+    Switched on in the running JVM, so the app's command line and configuration
+    stay those of the other benchmarks; a log line costs nothing measurable
+    beside a collection.
+    """
+    jvms = _app_jvms(app_pid, _proc_table())
+    return bool(jvms) and _jcmd(min(jvms), "VM.log", f"output={path}", "what=gc",
+                                "decorators=timemillis") is not None
+
+
+_GC_LINE = re.compile(r"^\[(\d+)ms\].*Pause (\w+).*? (\d+)M->(\d+)M\((\d+)M\)")
+
+
+def heap_after_gc(path: Path, t0_wall: float) -> list[tuple[float, float]]:
+    """(seconds since ``t0_wall``, lowest heap after a GC pause in MiB), a point per minute.
+
+    The heap a pause leaves holds the live data plus old-generation garbage not yet
+    collected, so the lowest figure of a minute is a ceiling on the live heap
+    then: a leak shows as that ceiling rising, whatever G1 commits around it.
+    """
+    lows: dict[int, float] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        m = _GC_LINE.match(line)
+        if m is None:
+            continue
+        minute = int((int(m.group(1)) / 1000 - t0_wall) // 60)
+        after = float(m.group(4))
+        lows[minute] = min(after, lows.get(minute, after))
+    return [(60.0 * k + 30.0, v) for k, v in sorted(lows.items()) if k >= 0]
+
+
 def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
     """(RSS MiB, live heap MiB) of the app's JVM after a full GC forced with jcmd.
 
@@ -133,20 +187,33 @@ def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
     if not jvms:
         return None
     pid = min(jvms)
-    try:
-        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60,
-                       check=True)
-        time.sleep(2.0)
-        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True,
-                              text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        log(f"jcmd on the JVM {pid} failed: {exc}")
+    if _jcmd(pid, "GC.run") is None:
+        return None
+    time.sleep(2.0)
+    info = _jcmd(pid, "GC.heap_info")
+    if info is None:
         return None
     used = re.search(r"used (\d+)K", info)
     rss = rss_mib(pid)
     if used is None or rss is None:
         return None
     return rss, int(used.group(1)) / 1024
+
+
+def live_classes(app_pid: int, top: int = 8) -> list[tuple[str, float, int]]:
+    """(class, MiB, instances) of the largest classes on the JVM's live heap.
+
+    ``jcmd GC.class_histogram`` forces a full GC first, so it runs after the
+    last sample, beside ``jvm_after_full_gc``: what the live heap is made of.
+    """
+    jvms = _app_jvms(app_pid, _proc_table())
+    out = _jcmd(min(jvms), "GC.class_histogram") if jvms else None
+    rows = []
+    for line in (out or "").splitlines():
+        m = re.match(r"\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", line)
+        if m:
+            rows.append((m.group(3), int(m.group(2)) / 2**20, int(m.group(1))))
+    return rows[:top]
 
 
 @dataclass
@@ -159,11 +226,19 @@ class Soak:
     recovery: Recovery | None = None
     kill_wall: float = 0.0
     jvm_gc: tuple[float, float] | None = None  # (RSS, live heap) MiB after a full GC at the end
+    heap_after_gc: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB) a minute
+    live_classes: list[tuple[str, float, int]] = field(default_factory=list)
 
 
 def growth(soak: Soak, part: str, warmup_s: float) -> tuple[float, float, float]:
     """(baseline MiB, end MiB, growth): first minute after warm-up vs the last tenth."""
-    after = [(t, s[part]) for t, s in soak.samples if t >= warmup_s]
+    return series_growth([(t, s[part]) for t, s in soak.samples], warmup_s)
+
+
+def series_growth(series: Sequence[tuple[float, float]],
+                  warmup_s: float) -> tuple[float, float, float]:
+    """``growth`` of any (seconds, MiB) series."""
+    after = [(t, v) for t, v in series if t >= warmup_s]
     if len(after) < 4:
         raise ValueError("too few samples after warm-up")
     base = [v for t, v in after if t < warmup_s + 60] or [after[0][1]]
@@ -177,22 +252,28 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
     soak = Soak(rate)
     seconds = float(cfg["minutes"]) * 60
 
+    gc_log = workdir / "jvm-gc.log"
+
     def history(app: App, server: LineServer) -> None:
         t0 = time.monotonic()
         first = Phase(rate)
         first.start = time.time()
+        logging_gc = False
         while time.monotonic() - t0 < seconds:
             ph = Phase(rate)
             server.run_phase(ph, SAMPLE_S)
             soak.sent += ph.sent
             soak.samples.append((time.monotonic() - t0, sample(app.proc.pid, broker_pid)))
+            logging_gc = logging_gc or start_gc_log(app.proc.pid, gc_log)
             if len(soak.samples) % 6 == 0:
                 last = soak.samples[-1][1]
                 log(f"soak {soak.samples[-1][0] / 60:.1f} min: " +
                     ", ".join(f"{k} {v:.0f} MiB" for k, v in last.items()))
         soak.achieved = soak.sent / max(1e-9, time.time() - first.start)
         soak.batches = app.batches()
+        soak.heap_after_gc = heap_after_gc(gc_log, first.start)
         soak.jvm_gc = jvm_after_full_gc(app.proc.pid)
+        soak.live_classes = live_classes(app.proc.pid)
 
     soak.recovery = measure("ours", bootstrap, workdir, BACKLOG, seconds, history)
     outs = sorted(workdir.glob("ours-*.jsonl"))
@@ -214,6 +295,9 @@ def plot(soak: Soak, warmup_s: float, path: Path,
     xs = [t / 60 for t, _ in soak.samples]
     for part in PARTS:
         ax1.plot(xs, [s[part] for _, s in soak.samples], label=part)
+    if soak.heap_after_gc:
+        ax1.plot([t / 60 for t, _ in soak.heap_after_gc], [v for _, v in soak.heap_after_gc],
+                 "--", label="JVM heap after GC (lowest a minute)")
     ax1.axvline(warmup_s / 60, color="grey", linestyle=":", label="end of warm-up")
     for t, label in marks:
         ax1.axvline(t / 60, color="black", linestyle="--", linewidth=0.8, label=label)
@@ -277,6 +361,20 @@ def render(soak: Soak, cfg: dict[str, Any], facts: dict[str, str], size: str,
                   "RSS follows its committed heap, which grows while garbage waits and "
                   "shrinks only after a full collection: a leak shows as live heap "
                   "growing, not as RSS alone.", ""]
+    if len([t for t, _ in soak.heap_after_gc if t >= warmup_s]) >= 4:
+        b, e, g = series_growth(soak.heap_after_gc, warmup_s)
+        lines += [f"Driver JVM heap after a collection (from its GC log, switched on with "
+                  f"`jcmd VM.log` at the first sample; the lowest figure a GC pause left in "
+                  f"each minute, a ceiling on the live heap): **{b:.0f} MiB** in the first "
+                  f"minute after warm-up, **{e:.0f} MiB** at the end ({g * 100:+.1f}%). "
+                  "Not a target line: the target is on RSS; this tells live data growing "
+                  "(a leak) from heap that G1 committed and keeps.", ""]
+    if soak.live_classes:
+        lines += ["Largest classes on the live heap at the end (`jcmd GC.class_histogram`, "
+                  "after the last sample):", "",
+                  md_table(["Class", "MiB", "Instances"],
+                           [[f"`{c}`", f"{mib:.1f}", f"{n:,}"]
+                            for c, mib, n in soak.live_classes]), ""]
     if r is not None:
         lines += [
             "## Recovery after the long history", "",
@@ -324,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     # (a run without matplotlib, or another view) without another 30-minute run.
     args.out.with_suffix(".json").write_text(json.dumps({
         "samples": soak.samples, "batches": soak.batches[-600:],
-        "jvm_gc": soak.jvm_gc}, indent=None))
+        "jvm_gc": soak.jvm_gc, "heap_after_gc": soak.heap_after_gc,
+        "live_classes": soak.live_classes}, indent=None))
     png = args.out.parent / "soak.png"
     plotted = png.name if plot(soak, float(cfg["warmup_min"]) * 60, png) else None
     write_results(args.out, render(soak, cfg, facts, args.size,
