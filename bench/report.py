@@ -8,9 +8,12 @@ measured here; a missing file is listed as not run.
 
 from __future__ import annotations
 
+import json
 import re
+import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import machine_info, md_facts, md_table, write_results
@@ -22,8 +25,9 @@ PARTS = [
     ("RESULTS-peer.md", "2. Peer: Spark's own receiver WAL"),
     ("RESULTS-recovery.md", "3. Recovery time against backlog"),
     ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
+    ("RESULTS-recovery-history.md", "3b. Recovery after 30 minutes of running"),
     ("RESULTS-recovery-small.md", "3c. Around a driver kill (small run, with its plot)"),
-    ("RESULTS-soak.md", "3b/5. Soak: memory over 30 minutes, recovery after it"),
+    ("RESULTS-soak.md", "5. Soak: memory over 30 minutes, recovery after it"),
     ("RESULTS-addblock.md", "4. Driver WAL: AddBlock"),
     ("RESULTS-wal.md", "WAL write throughput vs raw produce"),
 ]
@@ -39,6 +43,62 @@ def verdicts(text: str) -> list[tuple[str, str]]:
             what = line.lstrip("-| ").replace("**", "").strip()
             out.append((what, m.group(1)))
     return out
+
+
+#: Results of the recovery benchmark at the same backlog after a short and a long
+#: history (``recovery_bench`` writes a .json beside each .md).
+RUN_LENGTH = ("RESULTS-recovery.json", "RESULTS-recovery-history.json")
+RUN_LENGTH_BACKLOG = "1000"
+#: "Flat in run length": the first batch after the long history within this factor
+#: of the first batch after the short one (one run's spread at 10^3 blocks is ~10%).
+FLAT = 1.2
+
+
+def _med(values: list[float | None]) -> float:
+    ok = [v for v in values if v is not None]
+    return statistics.median(ok) if ok else float("nan")
+
+
+def _span(values: list[float | None]) -> str:
+    ok = [v for v in values if v is not None]
+    if not ok:
+        return "n/a"
+    return f"{statistics.median(ok):.1f} [{min(ok):.1f}, {max(ok):.1f}]"
+
+
+def run_length(files: Sequence[Path] | None = None,
+               backlog: str = RUN_LENGTH_BACKLOG) -> list[str]:
+    """Markdown lines: first batch and caught up at one backlog after each history,
+    both systems, and the verdict on ours being flat in run length (none when a
+    file is missing)."""
+    runs = []
+    for path in files or [HERE / name for name in RUN_LENGTH]:
+        if not path.exists():
+            return []
+        data = json.loads(path.read_text())
+        cells = data["cells"]
+        if backlog not in cells.get("ours", {}) or backlog not in cells.get("spark", {}):
+            return []
+        runs.append((path, data, cells["spark"][backlog], cells["ours"][backlog]))
+    runs.sort(key=lambda r: float(r[1]["history_s"]))
+    rows = []
+    for path, data, a, o in runs:
+        ratio = _med(o["first"]) / _med(a["first"])
+        rows.append([f"{float(data['history_s']) / 60:.0f} min", f"[{path.stem}]({path.stem}.md)",
+                     str(len(o["first"])), _span(a["first"]), _span(o["first"]),
+                     f"{ratio:.2f}", _span(a["caught"]), _span(o["caught"])])
+    (_, _, a0, o0), (_, long_run, a1, o1) = runs[0], runs[-1]
+    ours, spark = _med(o1["first"]) / _med(o0["first"]), _med(a1["first"]) / _med(a0["first"])
+    minutes = float(long_run["history_s"]) / 60
+    return [
+        md_table(["History", "File", "Runs", "(a) Spark first batch (s)",
+                  "(b) walstream first batch (s)", "(b)/(a)", "(a) Spark caught up (s)",
+                  "(b) walstream caught up (s)"], rows), "",
+        f"- walstream's first batch after {minutes:.0f} min / after "
+        f"{float(runs[0][1]['history_s']) / 60:.0f} min of history, backlog "
+        f"{int(backlog):,} blocks: **{ours:.2f}** (target: flat, within {FLAT}x): "
+        f"**{'met' if ours <= FLAT else 'missed'}**; Spark's: {spark:.2f}",
+    ]
 
 
 def _demote(text: str) -> str:
@@ -58,6 +118,13 @@ def render(facts: dict[str, str]) -> str:
         for what, verdict in verdicts(text) or [("(no target line)", "")]:
             rows.append([f"[{title}]({name})", what, verdict])
         sections += [f"## {title}", "", _demote(text), ""]
+    flat = run_length()
+    if flat:
+        rows.append(["[3b. Recovery against run length](#recovery-against-run-length)",
+                     *verdicts(flat[-1])[0]])
+        sections += ["## Recovery against run length", "",
+                     "The same backlog after a short and a long history, both systems "
+                     "(from the recovery benchmark's .json files):", "", *flat, ""]
     return "\n".join([
         "# Benchmark results", "",
         f"Assembled {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "

@@ -1,0 +1,43 @@
+"""bench.report's run-length table, read from the recovery benchmark's .json files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.report import run_length, verdicts
+
+
+def _write(path: Path, history_s: float, spark_first: list[float | None],
+           ours_first: list[float | None]) -> Path:
+    cell = {"caught": [60.0], "blocks": [1000], "exact": []}
+    path.write_text(json.dumps({
+        "history_s": history_s, "block_ms": 100, "rate": 2000.0, "runs": len(ours_first),
+        "cells": {"spark": {"1000": {**cell, "first": spark_first}},
+                  "ours": {"1000": {**cell, "first": ours_first}}}}))
+    return path
+
+
+def test_flat_when_the_long_history_restarts_as_fast(tmp_path: Path) -> None:
+    short = _write(tmp_path / "RESULTS-recovery.json", 60, [8.0, 7.9, 8.1], [6.0, 6.2, None])
+    long = _write(tmp_path / "RESULTS-recovery-history.json", 1800, [8.4], [6.5])
+    lines = run_length([long, short])
+    table = lines[0].splitlines()
+    assert table[2].startswith("| 1 min | [RESULTS-recovery](RESULTS-recovery.md) | 3 |")
+    assert "| 6.1 [6.0, 6.2] |" in table[2]  # a run without a first batch is left out
+    assert table[3].startswith("| 30 min |")
+    # 6.5 / 6.1 = 1.07: within 1.2x
+    assert verdicts(lines[-1]) == [(
+        "walstream's first batch after 30 min / after 1 min of history, backlog 1,000 "
+        "blocks: 1.07 (target: flat, within 1.2x): met; Spark's: 1.05", "met")]
+
+
+def test_missed_when_the_restart_grows_with_history(tmp_path: Path) -> None:
+    short = _write(tmp_path / "a.json", 60, [8.0], [6.0])
+    long = _write(tmp_path / "b.json", 1800, [8.0], [9.0])
+    assert verdicts(run_length([short, long])[-1])[0][1] == "missed"
+
+
+def test_nothing_without_both_files(tmp_path: Path) -> None:
+    short = _write(tmp_path / "a.json", 60, [8.0], [6.0])
+    assert run_length([short, tmp_path / "missing.json"]) == []
