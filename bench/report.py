@@ -26,7 +26,6 @@ PARTS = [
     ("RESULTS-recovery.md", "3. Recovery time against backlog"),
     ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
     ("RESULTS-recovery-history.md", "3b. Recovery after 30 minutes of running"),
-    ("RESULTS-recovery-small.md", "3c. Around a driver kill (small run, with its plot)"),
     ("RESULTS-soak.md", "5. Soak: memory over 30 minutes, recovery after it"),
     ("RESULTS-addblock.md", "4. Driver WAL: AddBlock"),
     ("RESULTS-wal.md", "WAL write throughput vs raw produce"),
