@@ -31,7 +31,8 @@ RUN mkdir -p /usr/share/man/man1 \
 WORKDIR /src
 COPY . .
 RUN pip install --no-cache-dir . \
-    && walstream --help >/dev/null
+    && walstream --help >/dev/null \
+    && walstream jvm-archive --optional
 
 RUN groupadd --gid 10001 walstream \
     && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin walstream

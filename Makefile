@@ -21,7 +21,10 @@ $(STAMP): pyproject.toml | prereqs
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# The driver JVM's class archive (walstream/jvm_archive.py): ~18 s once per venv and
+# Java; a failure only warns, as drivers start without it (slower).
 setup: prereqs $(STAMP)
+	@$(BIN)/walstream jvm-archive --optional --if-missing
 
 demo: setup
 	$(BIN)/python examples/demo_wordcount.py --seconds $${DEMO_SECONDS:-20}

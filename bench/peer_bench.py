@@ -189,7 +189,10 @@ class App:
         self.out = workdir / f"{impl}-{port}.jsonl"
         self.log_path = workdir / f"{impl}-{port}.log"
         self.checkpoint = workdir / f"cp-{impl}-{port}"
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+        # PYSPARK_SUBMIT_ARGS is not inherited: walstream's getOrCreate sets its own
+        # (the class archive), and Spark's side starts as Spark ships it.
+        env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+        env = dict(env, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable, KAFKA_BOOTSTRAP_SERVERS=bootstrap,
                    WALSTREAM_APP_ID=f"peer-{port}", **(extra_env or {}))
         cmd = [sys.executable, "-c", "import sys, bench.peer_app as a; sys.exit(a.main())",

@@ -111,6 +111,17 @@ def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
 History = Callable[[App, LineServer], None]
 
 
+def _jvm_line() -> str:
+    """How each side's driver JVM starts: (b) maps walstream's class archive when
+    one exists (walstream/jvm_archive.py); (a) starts as Spark ships it."""
+    from walstream.jvm_archive import usable_archive
+
+    path = usable_archive()
+    ours = (f"maps the class archive `{path.name}` ({path.stat().st_size / 2**20:.0f} MiB, "
+            "`walstream jvm-archive`)" if path else "no class archive (none written)")
+    return f"(a) as Spark ships it; (b) {ours}"
+
+
 def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
             history_s: float, history: History | None = None,
             restart_timeout_s: float = RESTART_TIMEOUT_S,
@@ -289,6 +300,7 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
                    "WAL, (b) walstream",
             "Spark": f"local[3], batch {1} s, block interval {cfg['block_ms']} ms, checkpoint "
                      "directory on local disk",
+            "Driver JVM": _jvm_line(),
             "History": f"{cfg['history_s']:.0f} s at {RATE:.0f} lines/s before the backlog",
             "Backlog": "the output operation waits (slow sink) while lines flow on for "
                        f"backlog x {cfg['block_ms']} ms; then SIGKILL of the app's process "

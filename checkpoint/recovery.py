@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.data import CheckpointData
 from checkpoint.errors import CheckpointError, IncompatibleGraphError
 from checkpoint.files import read_latest
+from walstream.jvm_archive import use_archive
 
 if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
@@ -46,6 +47,9 @@ UPGRADE_KEY = "spark.walstream.recovery.upgrade"
 
 def get_or_create(checkpoint_path: str,
                   setup: Callable[[], StreamingContext]) -> StreamingContext:
+    # Before anything can start the driver JVM: a restart maps Spark's classes from
+    # the class archive instead of loading them (walstream/jvm_archive.py).
+    use_archive()
     data = read_latest(checkpoint_path)
     if data is None:
         return _from_setup(checkpoint_path, setup)

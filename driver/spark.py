@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any
 
+from walstream.jvm_archive import use_archive
+
 
 def spark_environment() -> None:
     """Loopback networking and the venv's Python for workers, unless set already."""
@@ -19,6 +21,7 @@ def create_spark_context(
 ) -> Any:
     """A SparkContext on ``master`` (default ``$WALSTREAM_SPARK_MASTER`` or local[3])."""
     spark_environment()
+    use_archive()
     from pyspark import SparkConf, SparkContext
 
     sconf = SparkConf().setAppName(app_name)
