@@ -66,6 +66,16 @@ def _span(values: list[float | None]) -> str:
     return f"{statistics.median(ok):.1f} [{min(ok):.1f}, {max(ok):.1f}]"
 
 
+_FACT = re.compile(r"^\| \*\*(CPU|Code)\*\* \| (.*) \|$", re.M)
+
+
+def provenance(json_path: Path) -> dict[str, str]:
+    """The CPU and code revision a recovery run was measured on, from the results
+    file beside its .json (empty when that file is missing)."""
+    md = json_path.with_suffix(".md")
+    return dict(_FACT.findall(md.read_text())) if md.exists() else {}
+
+
 def run_length(files: Sequence[Path] | None = None,
                backlog: str = RUN_LENGTH_BACKLOG) -> list[str]:
     """Markdown lines: first batch and caught up at one backlog after each history,
@@ -84,21 +94,29 @@ def run_length(files: Sequence[Path] | None = None,
     rows = []
     for path, data, a, o in runs:
         ratio = _med(o["first"]) / _med(a["first"])
+        facts = provenance(path)
         rows.append([f"{float(data['history_s']) / 60:.0f} min", f"[{path.stem}]({path.stem}.md)",
-                     str(len(o["first"])), _span(a["first"]), _span(o["first"]),
+                     str(len(o["first"])),
+                     f"{facts.get('CPU', '?')}, {facts.get('Code', '?')}",
+                     _span(a["first"]), _span(o["first"]),
                      f"{ratio:.2f}", _span(a["caught"]), _span(o["caught"])])
-    (_, _, a0, o0), (_, long_run, a1, o1) = runs[0], runs[-1]
+    (short_path, _, a0, o0), (long_path, long_run, a1, o1) = runs[0], runs[-1]
     ours, spark = _med(o1["first"]) / _med(o0["first"]), _med(a1["first"]) / _med(a0["first"])
     minutes = float(long_run["history_s"]) / 60
-    return [
-        md_table(["History", "File", "Runs", "(a) Spark first batch (s)",
-                  "(b) walstream first batch (s)", "(b)/(a)", "(a) Spark caught up (s)",
-                  "(b) walstream caught up (s)"], rows), "",
-        f"- walstream's first batch after {minutes:.0f} min / after "
-        f"{float(runs[0][1]['history_s']) / 60:.0f} min of history, backlog "
-        f"{int(backlog):,} blocks: **{ours:.2f}** (target: flat, within {FLAT}x): "
-        f"**{'met' if ours <= FLAT else 'missed'}**; Spark's: {spark:.2f}",
-    ]
+    table = md_table(["History", "File", "Runs", "Measured on (CPU, code)",
+                      "(a) Spark first batch (s)", "(b) walstream first batch (s)", "(b)/(a)",
+                      "(a) Spark caught up (s)", "(b) walstream caught up (s)"], rows)
+    what = (f"walstream's first batch after {minutes:.0f} min / after "
+            f"{float(runs[0][1]['history_s']) / 60:.0f} min of history, backlog "
+            f"{int(backlog):,} blocks")
+    cpus = {provenance(short_path).get("CPU"), provenance(long_path).get("CPU")}
+    if len(cpus) > 1:
+        # A ratio of times from two machines says nothing about run length: no verdict.
+        return [table, "", f"- {what}: {ours:.2f}, not comparable: the two were measured "
+                           "on different machines (re-run one of them)"]
+    return [table, "",
+            f"- {what}: **{ours:.2f}** (target: flat, within {FLAT}x): "
+            f"**{'met' if ours <= FLAT else 'missed'}**; Spark's: {spark:.2f}"]
 
 
 def _demote(text: str) -> str:
@@ -120,8 +138,9 @@ def render(facts: dict[str, str]) -> str:
         sections += [f"## {title}", "", _demote(text), ""]
         flat = run_length() if name == RUN_LENGTH_AFTER else []
         if flat:
+            found = verdicts(flat[-1])
             rows.append(["[3b. Recovery against run length](#recovery-against-run-length)",
-                         *verdicts(flat[-1])[0]])
+                         *(found[0] if found else (flat[-1].lstrip("- "), "n/a"))])
             sections += ["## Recovery against run length", "",
                          "The same backlog after a short and a long history, both systems "
                          "(from the recovery benchmark's .json files):", "", *flat, ""]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.report import run_length, verdicts
+from bench.report import provenance, run_length, verdicts
 
 
 def _write(path: Path, history_s: float, spark_first: list[float | None],
-           ours_first: list[float | None]) -> Path:
+           ours_first: list[float | None], cpu: str | None = "2 cores, Some CPU") -> Path:
     cell = {"caught": [60.0], "blocks": [1000], "exact": []}
+    if cpu is not None:  # the results file beside the .json, as recovery_bench writes it
+        path.with_suffix(".md").write_text(
+            f"# Recovery\n\n|  |  |\n|---|---|\n| **CPU** | {cpu} |\n| **Code** | git abc |\n")
     path.write_text(json.dumps({
         "history_s": history_s, "block_ms": 100, "rate": 2000.0, "runs": len(ours_first),
         "cells": {"spark": {"1000": {**cell, "first": spark_first}},
@@ -23,7 +26,8 @@ def test_flat_when_the_long_history_restarts_as_fast(tmp_path: Path) -> None:
     long = _write(tmp_path / "RESULTS-recovery-history.json", 1800, [8.4], [6.5])
     lines = run_length([long, short])
     table = lines[0].splitlines()
-    assert table[2].startswith("| 1 min | [RESULTS-recovery](RESULTS-recovery.md) | 3 |")
+    assert table[2].startswith("| 1 min | [RESULTS-recovery](RESULTS-recovery.md) | 3 | "
+                               "2 cores, Some CPU, git abc |")
     assert "| 6.1 [6.0, 6.2] |" in table[2]  # a run without a first batch is left out
     assert table[3].startswith("| 30 min |")
     # 6.5 / 6.1 = 1.07: within 1.2x
@@ -41,3 +45,19 @@ def test_missed_when_the_restart_grows_with_history(tmp_path: Path) -> None:
 def test_nothing_without_both_files(tmp_path: Path) -> None:
     short = _write(tmp_path / "a.json", 60, [8.0], [6.0])
     assert run_length([short, tmp_path / "missing.json"]) == []
+
+
+def test_no_verdict_across_machines(tmp_path: Path) -> None:
+    # Two machines of different speed would make any ratio look flat or not.
+    short = _write(tmp_path / "a.json", 60, [8.0], [6.0], cpu="2 cores, Intel(R) Xeon(R)")
+    long = _write(tmp_path / "b.json", 1800, [6.0], [5.0], cpu="2 cores, AMD EPYC")
+    lines = run_length([short, long])
+    assert verdicts(lines[-1]) == []
+    assert "not comparable" in lines[-1] and "different machines" in lines[-1]
+    assert "AMD EPYC" in lines[0] and "Intel(R) Xeon(R)" in lines[0]
+
+
+def test_provenance_reads_the_results_file_beside_the_json(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a.json", 60, [8.0], [6.0], cpu="2 cores, X")
+    assert provenance(path) == {"CPU": "2 cores, X", "Code": "git abc"}
+    assert provenance(_write(tmp_path / "b.json", 60, [8.0], [6.0], cpu=None)) == {}
