@@ -114,11 +114,16 @@ History = Callable[[App, LineServer], None]
 def _jvm_line() -> str:
     """How each side's driver JVM starts: (b) maps walstream's class archive when
     one exists (walstream/jvm_archive.py); (a) starts as Spark ships it."""
-    from walstream.jvm_archive import usable_archive
+    from walstream.jvm_archive import ENV_SWITCH, switched_off, usable_archive
 
     path = usable_archive()
-    ours = (f"maps the class archive `{path.name}` ({path.stat().st_size / 2**20:.0f} MiB, "
-            "`walstream jvm-archive`)" if path else "no class archive (none written)")
+    if switched_off():
+        ours = f"class archive switched off ({ENV_SWITCH}=off)"
+    elif path is None:
+        ours = "no class archive (none written)"
+    else:
+        ours = (f"maps the class archive `{path.name}` ({path.stat().st_size / 2**20:.0f} "
+                "MiB, `walstream jvm-archive`)")
     return f"(a) as Spark ships it; (b) {ours}"
 
 

@@ -114,7 +114,7 @@ def archive_dir() -> Path:
     return Path(explicit) if explicit else Path(sys.prefix) / "var" / "walstream" / "jvm"
 
 
-def _switched_off() -> bool:
+def switched_off() -> bool:
     return os.environ.get(ENV_SWITCH, "").strip().lower() in ("off", "0", "false", "no")
 
 
@@ -178,7 +178,7 @@ def _submit_args(properties: Path) -> str:
 def use_archive() -> Path | None:
     """Step 3: make the next driver JVM PySpark launches in this process map the
     archive. Returns the archive used, or None (and changes nothing)."""
-    if _switched_off() or os.environ.get(SUBMIT_ARGS) is not None:
+    if switched_off() or os.environ.get(SUBMIT_ARGS) is not None:
         return None
     if "pyspark" in sys.modules:
         from pyspark import SparkContext
@@ -230,7 +230,7 @@ def create(timeout_s: float = CREATE_TIMEOUT_S) -> tuple[Path, float, float]:
 
     Returns (path, seconds to a SparkContext while writing, seconds with it mapped).
     """
-    if _switched_off():
+    if switched_off():
         raise JvmArchiveError(f"{ENV_SWITCH}=off: not writing a JVM class archive")
     key = current_key()
     final = archive_path(key)
