@@ -116,7 +116,7 @@ def _jvm_line() -> str:
     one exists (walstream/jvm_archive.py); (a) starts as Spark ships it."""
     from walstream.jvm_archive import ENV_SWITCH, switched_off, usable_archive
 
-    path = usable_archive()
+    path = None if switched_off() else usable_archive()
     if switched_off():
         ours = f"class archive switched off ({ENV_SWITCH}=off)"
     elif path is None:

@@ -89,18 +89,18 @@ def run_length(files: Sequence[Path] | None = None,
         cells = data["cells"]
         if backlog not in cells.get("ours", {}) or backlog not in cells.get("spark", {}):
             return []
-        runs.append((path, data, cells["spark"][backlog], cells["ours"][backlog]))
+        runs.append((path, data, cells["spark"][backlog], cells["ours"][backlog],
+                     provenance(path)))
     runs.sort(key=lambda r: float(r[1]["history_s"]))
     rows = []
-    for path, data, a, o in runs:
+    for path, data, a, o, facts in runs:
         ratio = _med(o["first"]) / _med(a["first"])
-        facts = provenance(path)
         rows.append([f"{float(data['history_s']) / 60:.0f} min", f"[{path.stem}]({path.stem}.md)",
                      str(len(o["first"])),
                      f"{facts.get('CPU', '?')}, {facts.get('Code', '?')}",
                      _span(a["first"]), _span(o["first"]),
                      f"{ratio:.2f}", _span(a["caught"]), _span(o["caught"])])
-    (short_path, _, a0, o0), (long_path, long_run, a1, o1) = runs[0], runs[-1]
+    (_, _, a0, o0, short_facts), (_, long_run, a1, o1, long_facts) = runs[0], runs[-1]
     ours, spark = _med(o1["first"]) / _med(o0["first"]), _med(a1["first"]) / _med(a0["first"])
     minutes = float(long_run["history_s"]) / 60
     table = md_table(["History", "File", "Runs", "Measured on (CPU, code)",
@@ -109,8 +109,7 @@ def run_length(files: Sequence[Path] | None = None,
     what = (f"walstream's first batch after {minutes:.0f} min / after "
             f"{float(runs[0][1]['history_s']) / 60:.0f} min of history, backlog "
             f"{int(backlog):,} blocks")
-    cpus = {provenance(short_path).get("CPU"), provenance(long_path).get("CPU")}
-    if len(cpus) > 1:
+    if short_facts.get("CPU") != long_facts.get("CPU"):
         # A ratio of times from two machines says nothing about run length: no verdict.
         return [table, "", f"- {what}: {ours:.2f}, not comparable: the two were measured "
                            "on different machines (re-run one of them)"]

@@ -211,7 +211,7 @@ def _run_child(mode: str, archive: Path, timeout_s: float) -> float:
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, "--child"], env=env,
+        done = subprocess.run([sys.executable, "-m", __name__], env=env,
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise JvmArchiveError(f"{mode} of the JVM class archive took over {timeout_s} s") \
@@ -278,15 +278,6 @@ def _child() -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args == ["--child"]:
-        return _child()
-    path, without, with_archive = create()
-    print(f"JVM class archive written: {path} ({path.stat().st_size / 2**20:.0f} MiB); "
-          f"SparkContext ready in {without:.1f} s without it, {with_archive:.1f} s with it")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # Only ever run by _run_child; people use `walstream jvm-archive` (walstream/cli.py).
+    sys.exit(_child())
