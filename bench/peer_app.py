@@ -3,12 +3,19 @@
 Run by ``bench.peer_bench`` as a subprocess::
 
     python -c 'import sys, bench.peer_app as a; sys.exit(a.main())' --impl spark|ours \
-        --port P --batch-s 1 --checkpoint DIR --out F [--block-interval-ms MS]
+        --port P --batch-s 1 --checkpoint DIR --out F [--block-interval-ms MS] \
+        [--extra-ports P2,P3,... --master local[N]]
 
 The context comes from ``StreamingContext.getOrCreate(checkpoint, setup)``, so the
 recovery benchmark can SIGKILL the app and start the same command again. While the
 file named by ``PEER_GATE`` exists the output operation waits (a slow sink): batches
 queue up with their blocks, which is how the recovery benchmark builds a backlog.
+
+``--extra-ports`` adds one more ``socketTextStream`` (one more receiver) per port,
+all unioned into the one word count; the recovery benchmark uses them to build a
+large backlog sooner (each receiver cuts its own block per interval). Shuffles keep
+3 partitions (``spark.default.parallelism``) whatever ``--master`` says, so a
+master with more slots for the receivers does not change the job.
 
 (imported, not ``-m``: both systems pickle the graph into the checkpoint, and the
 output function below is then pickled by reference, with its lock left behind).
@@ -60,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--block-interval-ms", type=int, default=200)
+    ap.add_argument("--extra-ports", default="",
+                    help="comma-separated ports of more line servers, one receiver each")
     args = ap.parse_args(argv)
     logging.basicConfig(level=os.environ.get("WALSTREAM_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -75,13 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     def setup() -> Any:
         conf = (SparkConf().setMaster(args.master).setAppName(f"peer-bench-{args.impl}")
                 .set("spark.ui.enabled", "false")
+                .set("spark.default.parallelism", "3")
                 .set("spark.streaming.receiver.writeAheadLog.enable", "true")
                 .set("spark.streaming.blockInterval", f"{args.block_interval_ms}ms")
                 .set("spark.streaming.stopGracefullyOnShutdown", "false"))
         sc = SparkContext(conf=conf)
         ssc = StreamingContext(sc, args.batch_s)
         ssc.checkpoint(args.checkpoint)
-        lines = ssc.socketTextStream("127.0.0.1", args.port, StorageLevel.MEMORY_AND_DISK)
+        ports = [args.port, *(int(p) for p in args.extra_ports.split(",") if p)]
+        streams = [ssc.socketTextStream("127.0.0.1", port, StorageLevel.MEMORY_AND_DISK)
+                   for port in ports]
+        lines = streams[0] if len(streams) == 1 else ssc.union(*streams)
         counts = (lines.flatMap(lambda line: line.split(" "))
                   .map(lambda w: (w, 1))
                   .reduceByKey(lambda a, b: a + b))
@@ -111,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ssc.start()
     logging.getLogger("peer_app").info("context started")
-    print("peer app started", file=sys.stderr, flush=True)
+    print(f"peer app started on {ssc.sparkContext.master}", file=sys.stderr, flush=True)
     while not stop.wait(0.5):
         pass
     ssc.stop(stopSparkContext=True, stopGraceFully=False)

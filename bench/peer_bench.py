@@ -190,8 +190,17 @@ class App:
         self.log_path = workdir / f"{impl}-{port}.log"
         self.checkpoint = workdir / f"cp-{impl}-{port}"
         # PYSPARK_SUBMIT_ARGS is not inherited: walstream's getOrCreate sets its own
-        # (the class archive), and Spark's side starts as Spark ships it.
+        # (the class archive; the master it keeps from its checkpoint), and Spark's
+        # side starts as Spark ships it, given only its master.
         env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+        if impl == "spark":
+            # Spark's checkpoint recovery takes spark.master from the launch, not from
+            # the checkpoint, and a plain `python app.py` launches with local[*] (2
+            # slots here: one receiver, one task). A Spark user restarts with
+            # `spark-submit --master`; so does this, with the app's own master.
+            args = list(extra_args or [])
+            master = args[args.index("--master") + 1] if "--master" in args else "local[3]"
+            env["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
         env = dict(env, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable, KAFKA_BOOTSTRAP_SERVERS=bootstrap,
                    WALSTREAM_APP_ID=f"peer-{port}", **(extra_env or {}))

@@ -49,6 +49,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ class Recovery:
     impl: str
     backlog_target: int
     history_s: float
+    receivers: int = 1  # socket streams (receivers); the backlog phase feeds them all
     nominal_blocks: int = 0  # block intervals from the last completed batch to the kill
     exact_blocks: int | None = None  # from the tracker state (ours only)
     backlog_lines: int = 0
@@ -127,35 +129,58 @@ def _jvm_line() -> str:
     return f"(a) as Spark ships it; (b) {ours}"
 
 
+def _send_all(servers: list[LineServer], rate: float, seconds: float) -> int:
+    """``rate`` lines/s split evenly over ``servers`` for ``seconds``; lines sent."""
+    phases = [Phase(rate / len(servers)) for _ in servers]
+    threads = [threading.Thread(target=s.run_phase, args=(ph, seconds), daemon=True)
+               for s, ph in zip(servers, phases, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(ph.sent for ph in phases)
+
+
 def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
             history_s: float, history: History | None = None,
             restart_timeout_s: float = RESTART_TIMEOUT_S,
-            block_ms: int = BLOCK_MS) -> Recovery:
+            block_ms: int = BLOCK_MS, receivers: int = 1) -> Recovery:
     """Steps 1-4 of the module docstring; ``history`` replaces step 1 (the soak's run).
     ``restart_timeout_s`` bounds the wait for the restarted app to catch up;
-    ``block_ms`` is the block interval (the backlog phase lasts ``backlog x block_ms``)."""
-    res = Recovery(impl, backlog, history_s)
-    server = LineServer()
+    ``block_ms`` is the block interval. With ``receivers`` > 1 the app unions that
+    many socket streams on ``local[receivers + 2]`` (two task slots beside the
+    receivers, as ``local[3]`` leaves one receiver): the history feeds the first
+    only, the backlog all of them (``receivers`` blocks per interval, so the
+    backlog phase lasts ``backlog x block_ms / receivers``)."""
+    res = Recovery(impl, backlog, history_s, receivers=receivers)
+    servers = [LineServer() for _ in range(receivers)]
+    server = servers[0]
     gate = workdir / f"gate-{impl}-{server.port}"
     env = {"PEER_GATE": str(gate)}
     extra = ["--block-interval-ms", str(block_ms)]
+    if receivers > 1:
+        extra += ["--extra-ports", ",".join(str(s.port) for s in servers[1:]),
+                  "--master", f"local[{receivers + 2}]"]
     app = App(impl, server.port, bootstrap, workdir, extra, env)
     restarted: App | None = None
     try:
-        _wait_connected(server, app, 120)
+        for s in servers:
+            _wait_connected(s, app, 120)
         if history is None:  # 1. history
             server.run_phase(Phase(RATE), history_s)
         else:
             history(app, server)
         done_ms = max((b["t"] for b in app.batches()), default=0)
         gate.touch()  # 2. backlog
-        gated = Phase(RATE)
-        server.run_phase(gated, backlog * block_ms / 1000)
-        res.backlog_lines = gated.sent
+        backlog_s = backlog * block_ms / 1000 / receivers
+        res.backlog_lines = _send_all(servers, RATE, backlog_s)
         time.sleep(2 * block_ms / 1000 + 0.5)  # the last block is stored and reported
         killed_ms = time.time() * 1000
         app.kill()  # 3. crash
-        res.nominal_blocks = round((killed_ms - done_ms) / block_ms)
+        # One block per interval from the last completed batch to the kill, and the
+        # other receivers' blocks of the backlog phase.
+        res.nominal_blocks = (round((killed_ms - done_ms) / block_ms)
+                              + (receivers - 1) * round(backlog_s * 1000 / block_ms))
         if impl == "ours":
             res.exact_blocks = ours_backlog_blocks(app.checkpoint, bootstrap, done_ms)
         gate.unlink()
@@ -187,8 +212,10 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
             if a is not None:
                 with contextlib.suppress(OSError, ValueError):
                     a.stop()
-        server.close()
-    log(f"{impl}: backlog {res.nominal_blocks} blocks (exact: {res.exact_blocks}) / "
+        for s in servers:
+            s.close()
+    log(f"{impl} ({receivers} receiver(s)): backlog {res.nominal_blocks} blocks "
+        f"(exact: {res.exact_blocks}) / "
         f"{res.backlog_lines} lines after "
         f"{history_s:.0f} s: first batch {res.first_batch_s:.1f} s, caught up "
         f"{res.caught_up_s:.1f} s ({res.batches_rerun} batches re-run) {res.note}")
@@ -269,6 +296,21 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
     return True
 
 
+def _master(cfg: dict[str, Any]) -> str:
+    r = int(cfg.get("receivers", 1))
+    return "local[3]" if r == 1 else f"local[{r + 2}] (two task slots beside the receivers)"
+
+
+def _receivers_line(cfg: dict[str, Any]) -> str:
+    r = int(cfg.get("receivers", 1))
+    if r == 1:
+        return "one socketTextStream"
+    return (f"{r} socketTextStreams unioned, each from its own line server; the history "
+            f"feeds the first only (one block per interval, as with one receiver), the "
+            f"backlog all {r} ({RATE:.0f} lines/s split evenly: {r} blocks per interval). "
+            "Shuffles keep 3 partitions (`spark.default.parallelism`)")
+
+
 def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[str, Any],
            facts: dict[str, str], size: str, runs: int, elapsed: float,
            plots: list[tuple[str, str]]) -> str:
@@ -303,13 +345,14 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
             "App": "`bench/peer_app.py` (the peer benchmark's word count) with "
                    "`StreamingContext.getOrCreate`; (a) pyspark.streaming with the receiver "
                    "WAL, (b) walstream",
-            "Spark": f"local[3], batch {1} s, block interval {cfg['block_ms']} ms, checkpoint "
-                     "directory on local disk",
+            "Spark": f"{_master(cfg)}, batch {1} s, block interval {cfg['block_ms']} ms, "
+                     "checkpoint directory on local disk",
+            "Receivers": _receivers_line(cfg),
             "Driver JVM": _jvm_line(),
             "History": f"{cfg['history_s']:.0f} s at {RATE:.0f} lines/s before the backlog",
             "Backlog": "the output operation waits (slow sink) while lines flow on for "
-                       f"backlog x {cfg['block_ms']} ms; then SIGKILL of the app's process "
-                       "group",
+                       f"backlog x {cfg['block_ms']} ms / receivers; then SIGKILL of the "
+                       "app's process group",
             "Backlog blocks": f"for both: {cfg['block_ms']} ms block intervals (each with "
                               "data) "
                               "from the last completed batch to the kill; for (b) also "
@@ -340,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds to wait for a restarted app to catch up")
     ap.add_argument("--block-ms", type=int, default=BLOCK_MS,
                     help="block interval; a shorter one builds a large backlog sooner")
+    ap.add_argument("--receivers", type=int, default=1,
+                    help="socket streams (receivers); the backlog phase feeds them all, "
+                         "so a large backlog builds that many times sooner")
     ap.add_argument("--history-s", type=float, default=None,
                     help="seconds of processed input before the backlog")
     ap.add_argument("--impls", nargs="+", choices=("spark", "ours"),
@@ -347,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     cfg["block_ms"] = args.block_ms
+    if args.receivers < 1:
+        ap.error("--receivers must be at least 1")
+    cfg["receivers"] = args.receivers
     if args.history_s is not None:
         cfg["history_s"] = args.history_s
     runs = args.runs or int(cfg["runs"])
@@ -364,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                         log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
                         r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"],
                                     restart_timeout_s=args.restart_timeout,
-                                    block_ms=args.block_ms)
+                                    block_ms=args.block_ms,
+                                    receivers=args.receivers)
                         c = cells[(impl, b)]
                         c.first.append(r.first_batch_s)
                         c.example = c.example or r
@@ -397,7 +447,8 @@ def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
         return [v if v == v else None for v in values]
 
     out: dict[str, Any] = {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"],
-                           "rate": RATE, "runs": runs, "cells": {}}
+                           "receivers": cfg.get("receivers", 1), "rate": RATE,
+                           "runs": runs, "cells": {}}
     for (impl, b), c in cells.items():
         if c.blocks:
             out["cells"].setdefault(impl, {})[str(b)] = {
