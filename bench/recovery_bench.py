@@ -129,6 +129,12 @@ def _jvm_line() -> str:
     return f"(a) as Spark ships it; (b) {ours}"
 
 
+def app_master(receivers: int) -> str:
+    """Both apps' master, on first start and on restart: two task slots beside the
+    receivers (``local[3]`` with one)."""
+    return f"local[{receivers + 2}]"
+
+
 def _send_all(servers: list[LineServer], rate: float, seconds: float) -> int:
     """``rate`` lines/s split evenly over ``servers`` for ``seconds``; lines sent."""
     phases = [Phase(rate / len(servers)) for _ in servers]
@@ -160,7 +166,7 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
     extra = ["--block-interval-ms", str(block_ms)]
     if receivers > 1:
         extra += ["--extra-ports", ",".join(str(s.port) for s in servers[1:]),
-                  "--master", f"local[{receivers + 2}]"]
+                  "--master", app_master(receivers)]
     app = App(impl, server.port, bootstrap, workdir, extra, env)
     restarted: App | None = None
     try:
@@ -297,8 +303,9 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
 
 
 def _master(cfg: dict[str, Any]) -> str:
-    r = int(cfg.get("receivers", 1))
-    return "local[3]" if r == 1 else f"local[{r + 2}] (two task slots beside the receivers)"
+    return (f"{app_master(int(cfg.get('receivers', 1)))} (two task slots beside the "
+            "receivers), also on restart (Spark: `--master` in `PYSPARK_SUBMIT_ARGS`, as "
+            "`spark-submit --master` gives it; walstream keeps its checkpoint's)")
 
 
 def _receivers_line(cfg: dict[str, Any]) -> str:
@@ -448,6 +455,8 @@ def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
 
     out: dict[str, Any] = {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"],
                            "receivers": cfg.get("receivers", 1), "rate": RATE,
+                           # Before 6b3bcb4 Spark recovered on a plain launch's local[*].
+                           "spark_restart_master": app_master(int(cfg.get("receivers", 1))),
                            "runs": runs, "cells": {}}
     for (impl, b), c in cells.items():
         if c.blocks:

@@ -52,6 +52,9 @@ RUN_LENGTH_AFTER = "RESULTS-recovery-history.md"  # the part the comparison foll
 #: "Flat in run length": the first batch after the long history within this factor
 #: of the first batch after the short one (one run's spread at 10^3 blocks is ~10%).
 FLAT = 1.2
+#: The master Spark's side recovered on in runs that do not say (before the recovery
+#: benchmark gave it one: a plain launch's default).
+PLAIN_LAUNCH = "local[*]"
 
 
 def _med(values: list[float | None]) -> float:
@@ -113,9 +116,15 @@ def run_length(files: Sequence[Path] | None = None,
         # A ratio of times from two machines says nothing about run length: no verdict.
         return [table, "", f"- {what}: {ours:.2f}, not comparable: the two were measured "
                            "on different machines (re-run one of them)"]
+    masters = [str(r[1].get("spark_restart_master", PLAIN_LAUNCH)) for r in (runs[0], runs[-1])]
+    spark_part = f"Spark's: {spark:.2f}"
+    if masters[0] != masters[1]:
+        # Spark recovered with a different number of task slots: its ratio measures that.
+        spark_part += (f" (not comparable: Spark recovered on {masters[0]} after the short "
+                       f"history, on {masters[1]} after the long one)")
     return [table, "",
             f"- {what}: **{ours:.2f}** (target: flat, within {FLAT}x): "
-            f"**{'met' if ours <= FLAT else 'missed'}**; Spark's: {spark:.2f}"]
+            f"**{'met' if ours <= FLAT else 'missed'}**; {spark_part}"]
 
 
 def _demote(text: str) -> str:

@@ -61,3 +61,15 @@ def test_provenance_reads_the_results_file_beside_the_json(tmp_path: Path) -> No
     path = _write(tmp_path / "a.json", 60, [8.0], [6.0], cpu="2 cores, X")
     assert provenance(path) == {"CPU": "2 cores, X", "Code": "git abc"}
     assert provenance(_write(tmp_path / "b.json", 60, [8.0], [6.0], cpu=None)) == {}
+
+
+def test_spark_ratio_flagged_when_it_recovered_on_another_master(tmp_path: Path) -> None:
+    # Runs written before the benchmark gave Spark its master say nothing: local[*].
+    short = _write(tmp_path / "a.json", 60, [8.0], [6.0])
+    data = json.loads(short.read_text())
+    short.write_text(json.dumps({**data, "spark_restart_master": "local[3]"}))
+    long = _write(tmp_path / "b.json", 1800, [9.0], [6.3])
+    line = run_length([short, long])[-1]
+    assert verdicts(line)[0][1] == "met"  # walstream's own ratio still stands
+    assert ("Spark's: 1.12 (not comparable: Spark recovered on local[3] after the short "
+            "history, on local[*] after the long one)") in line
