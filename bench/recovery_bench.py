@@ -3,26 +3,31 @@
 Usage (from the repo root)::
 
     python -m bench.recovery_bench [--size small|full] [--runs N] [--backlogs B ...] \
-        [--history-s S] [--impls spark ours] [--out bench/RESULTS-recovery.md]
+        [--history-s S] [--receivers R] [--impls spark ours] [--out bench/RESULTS-recovery.md]
 
-``make bench`` runs it three times: ``--size full`` (10^2 and 10^3 blocks, 3 runs,
-one minute of history), 10^3 and 10^4 blocks once (a 10^4 backlog takes 17 minutes
-of input per system), and 10^3 blocks after 30 minutes of history
-(``--history-s 1800``, RESULTS-recovery-history.md: recovery against run length).
-Each run's figures also go to a .json beside the results file; ``bench.report``
-sets the short and the long history side by side from them.
+``make bench`` runs it four times: ``--size full`` (10^2 and 10^3 blocks, 3 runs,
+one minute of history, one receiver); 10^4 blocks (3 runs) and 10^5 blocks (1 run)
+with ``--receivers 10`` (ten socket streams: the backlog phase cuts ten blocks per
+interval, so 10^5 blocks take 17 minutes of input per system instead of 2.8 hours);
+and 10^3 blocks after 30 minutes of history (``--history-s 1800``,
+RESULTS-recovery-history.md: recovery against run length). Each run's figures also
+go to a .json beside the results file; ``bench.report`` sets the short and the long
+history side by side from them and plots every backlog in one figure.
 
 Both systems run ``bench/peer_app.py`` (the peer benchmark's word count, context
-from ``StreamingContext.getOrCreate``) on ``local[3]``, 1 s batches, a 100 ms block
+from ``StreamingContext.getOrCreate``) on ``local[3]`` (``local[receivers + 2]``),
+also after the restart (Spark's recovery takes the master from its launch: it is
+given as ``spark-submit --master`` would), 1 s batches, a 100 ms block
 interval (10 blocks, so 10 tasks, per batch: both systems keep up on 2 cores; at
 20 ms, 50 tasks per batch, both fell behind before any backlog was made), from one
-TCP line server. One measurement:
+TCP line server per receiver. One measurement:
 
 1. **History.** The app runs ``history_s`` seconds at ``RATE`` lines/s, every
    batch processed as it comes.
 2. **Backlog.** The output operation is made to wait (a slow sink: the file named
-   by ``PEER_GATE`` exists) while the line server goes on for ``backlog / 10``
-   seconds, one block per 100 ms interval: the batches of that time queue up,
+   by ``PEER_GATE`` exists) while the line servers go on for ``backlog / 10 /
+   receivers`` seconds, one block per receiver and 100 ms interval (the history
+   fed only the first receiver): the batches of that time queue up,
    every block stored in the system's WAL and allocated or waiting to be.
 3. **Crash.** The app's whole process group (Python driver, JVM, Python workers)
    gets SIGKILL.
@@ -35,7 +40,8 @@ TCP line server. One measurement:
    backlog is done).
 
 The backlog in blocks is, for both, the number of block intervals (each with
-data, so each one block) from the last completed batch to the kill; for this
+data, so each one block) from the last completed batch to the kill, plus the other
+receivers' blocks of the backlog phase; for this
 service it is also read exactly from the tracker state the restart begins from
 (``walstream inspect``: unallocated blocks plus those of unfinished batches).
 Every process started is stopped, also on failure.

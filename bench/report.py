@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import machine_info, md_facts, md_table, write_results
+from bench.common import machine_info, md_facts, md_table, pyplot, write_results
 
 HERE = Path(__file__).resolve().parent
 #: (file, title) in the issue's order.
@@ -25,6 +25,7 @@ PARTS = [
     ("RESULTS-peer.md", "2. Peer: Spark's own receiver WAL"),
     ("RESULTS-recovery.md", "3. Recovery time against backlog"),
     ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
+    ("RESULTS-recovery-huge.md", "3a. Recovery at a backlog of 10^5 blocks"),
     ("RESULTS-recovery-history.md", "3b. Recovery after 30 minutes of running"),
     ("RESULTS-addblock.md", "4. Driver WAL: AddBlock"),
     ("RESULTS-soak.md", "5. Soak: memory over 30 minutes, recovery after it"),
@@ -127,6 +128,54 @@ def run_length(files: Sequence[Path] | None = None,
             f"**{'met' if ours <= FLAT else 'missed'}**; {spark_part}"]
 
 
+#: Every recovery-against-backlog result, for one plot from 10^2 to 10^5 blocks.
+BACKLOG_FILES = ("RESULTS-recovery.json", "RESULTS-recovery-large.json",
+                 "RESULTS-recovery-huge.json")
+BACKLOG_PLOT = "recovery-all-backlogs.png"
+
+
+def backlog_points(files: Sequence[Path]) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """(system, receivers) -> [(median blocks, median first batch s)], from every
+    file that exists, at every backlog each one measured."""
+    points: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for path in files:
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        receivers = int(data.get("receivers", 1))
+        for impl, cells in data["cells"].items():
+            for cell in cells.values():
+                first = _med(cell["first"])
+                if cell["blocks"] and first == first:
+                    points.setdefault((impl, receivers), []).append(
+                        (statistics.median(cell["blocks"]), first))
+    return {k: sorted(v) for k, v in points.items()}
+
+
+def plot_backlogs(points: dict[tuple[str, int], list[tuple[float, float]]],
+                  path: Path) -> bool:
+    """First batch after the restart against the backlog, both systems, one line per
+    receiver count (a large backlog is built with more receivers)."""
+    plt = pyplot()
+    if plt is None or not points:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (impl, receivers), xy in sorted(points.items()):
+        name = "Spark receiver WAL" if impl == "spark" else "walstream"
+        ax.plot([x for x, _ in xy], [y for _, y in xy], "-o" if impl == "ours" else "--s",
+                label=f"{name}, {receivers} receiver(s)")
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("backlog at the SIGKILL (blocks)")
+    ax.set_ylabel("restart command -> first completed batch (s)")
+    ax.set_title("Recovery against backlog (medians; see each results file for runs)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 def _demote(text: str) -> str:
     """Headings one level down, so each file nests under its section."""
     return "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
@@ -152,6 +201,9 @@ def render(facts: dict[str, str]) -> str:
             sections += ["## Recovery against run length", "",
                          "The same backlog after a short and a long history, both systems "
                          "(from the recovery benchmark's .json files):", "", *flat, ""]
+    if plot_backlogs(backlog_points([HERE / f for f in BACKLOG_FILES]), HERE / BACKLOG_PLOT):
+        sections += ["## Recovery against backlog, every file", "",
+                     f"![first batch after the restart against backlog]({BACKLOG_PLOT})", ""]
     return "\n".join([
         "# Benchmark results", "",
         f"Assembled {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "

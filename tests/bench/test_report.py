@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.report import provenance, run_length, verdicts
+from bench.report import backlog_points, provenance, run_length, verdicts
 
 
 def _write(path: Path, history_s: float, spark_first: list[float | None],
@@ -73,3 +73,15 @@ def test_spark_ratio_flagged_when_it_recovered_on_another_master(tmp_path: Path)
     assert verdicts(line)[0][1] == "met"  # walstream's own ratio still stands
     assert ("Spark's: 1.12 (not comparable: Spark recovered on local[3] after the short "
             "history, on local[*] after the long one)") in line
+
+
+def test_backlog_points_gather_every_file_by_receivers(tmp_path: Path) -> None:
+    small = _write(tmp_path / "a.json", 60, [8.0, 9.0, 7.0], [6.0, 5.0, None])
+    large = tmp_path / "b.json"
+    large.write_text(json.dumps({
+        "history_s": 60, "receivers": 10, "cells": {
+            "ours": {"100000": {"first": [20.0], "caught": [None], "blocks": [100230]}},
+            "spark": {"100000": {"first": [None], "caught": [None], "blocks": [100100]}}}}))
+    points = backlog_points([small, large, tmp_path / "missing.json"])
+    assert points == {("spark", 1): [(1000, 8.0)], ("ours", 1): [(1000, 5.5)],
+                      ("ours", 10): [(100230, 20.0)]}  # a run with no first batch: no point
