@@ -76,6 +76,7 @@ from bench.common import (
     write_results,
 )
 from bench.peer_bench import ROOT, App, LineServer, Phase, _label, _wait_connected
+from bench.recovery_runs import Earlier, IncomparableRunsError, load_earlier, sessions_line
 
 BLOCK_MS = 100
 RATE = 2000.0  # lines/s: 200 lines per block, a tenth of both systems' ceiling
@@ -308,6 +309,15 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
     return True
 
 
+def _runs_said(sessions: list[dict[str, Any]], elapsed: float) -> str:
+    now = int(sessions[-1]["runs"])
+    total = sum(int(s["runs"]) for s in sessions)
+    if total == now:
+        return f"{now} run(s), {elapsed:.0f} s in all"
+    return (f"{total} runs: {now} now ({elapsed:.0f} s), {total - now} from earlier "
+            "invocations on this CPU (`--append`)")
+
+
 def _master(cfg: dict[str, Any]) -> str:
     return (f"{app_master(int(cfg.get('receivers', 1)))} (two task slots beside the "
             "receivers), also on restart (Spark: `--master` in `PYSPARK_SUBMIT_ARGS`, as "
@@ -325,7 +335,7 @@ def _receivers_line(cfg: dict[str, Any]) -> str:
 
 
 def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[str, Any],
-           facts: dict[str, str], size: str, runs: int, elapsed: float,
+           facts: dict[str, str], size: str, sessions: list[dict[str, Any]], elapsed: float,
            plots: list[tuple[str, str]]) -> str:
     rows = []
     verdicts = []
@@ -346,12 +356,14 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
                 "history (its last completed batch was older at the kill), so its caught-up "
                 "time is not comparable one to one; the first-batch times are.")
     notes = [f"- {impl} backlog {b}: {n}" for (impl, b), c in cells.items() for n in c.notes]
+    if len(sessions) > 1:
+        facts = {**facts, "Runs pooled": sessions_line(sessions)}
     lines = [
         "# Recovery benchmark: driver SIGKILL and getOrCreate, against backlog", "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
         f"`python -m bench.recovery_bench {' '.join(sys.argv[1:]) or f'--size {size}'}` "
-        f"({runs} run(s), {elapsed:.0f} s in "
-        "all). Cells: **median [min, max]** seconds from the restart command.", "",
+        f"({_runs_said(sessions, elapsed)}). Cells: **median [min, max]** seconds from the "
+        "restart command.", "",
         "## Machine", "", md_facts(facts), "",
         "## Configuration", "",
         md_facts({
@@ -403,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds of processed input before the backlog")
     ap.add_argument("--impls", nargs="+", choices=("spark", "ours"),
                     default=["spark", "ours"], help="systems to measure (default both)")
+    ap.add_argument("--append", action="store_true",
+                    help="add these runs to those in --out's .json (same CPU and "
+                         "configuration, else refused before measuring)")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     cfg["block_ms"] = args.block_ms
@@ -413,9 +428,19 @@ def main(argv: list[str] | None = None) -> int:
         cfg["history_s"] = args.history_s
     runs = args.runs or int(cfg["runs"])
     backlogs = args.backlogs or list(cfg["backlogs"])
+    cells = {(impl, b): Cell() for impl in ("spark", "ours") for b in backlogs}
+    earlier = None
+    if args.append:  # checked before an hour is spent measuring
+        try:
+            earlier = load_earlier(args.out.with_suffix(".json"), compared(cfg),
+                                   machine_info("")["CPU"], args.impls, backlogs)
+        except IncomparableRunsError as e:
+            ap.error(f"--append: {e}")
+        if earlier is not None:
+            prefill(cells, earlier)
     exit_on_sigterm()
     started = time.monotonic()
-    cells = {(impl, b): Cell() for impl in ("spark", "ours") for b in backlogs}
+    generated = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     workdir = Path(tempfile.mkdtemp(prefix="walstream-recovery-"))
     try:
         with bench_broker() as broker:
@@ -445,25 +470,45 @@ def main(argv: list[str] | None = None) -> int:
     kill_png = png.with_name(png.name.replace("-backlog.png", "-kill.png"))
     if plot_kill(cells, backlogs[0], kill_png):
         plots.append(("throughput around the kill", kill_png.name))
-    write_results(args.out, render(cells, backlogs, cfg, facts, args.size, runs,
+    sessions = [*(earlier.sessions if earlier else []),
+                {"generated": generated, "code": facts["Code"], "cpu": facts["CPU"],
+                 "runs": runs}]
+    write_results(args.out, render(cells, backlogs, cfg, facts, args.size, sessions,
                                    time.monotonic() - started, plots))
     # Every run's figures beside the results, for bench.report's run-length table.
-    args.out.with_suffix(".json").write_text(json.dumps(cells_json(cells, cfg, runs)))
+    args.out.with_suffix(".json").write_text(json.dumps(cells_json(cells, cfg, sessions)))
     return 0
 
 
+def compared(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The configuration runs must share to be pooled (``recovery_runs.COMPARED``)."""
+    receivers = int(cfg.get("receivers", 1))
+    return {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"], "rate": RATE,
+            "receivers": receivers, "spark_restart_master": app_master(receivers)}
+
+
+def prefill(cells: dict[tuple[str, int], Cell], earlier: Earlier) -> None:
+    """Earlier runs' figures first in each cell (null, a run that did not get there,
+    back to NaN)."""
+    def nums(values: list[float | None]) -> list[float]:
+        return [float("nan") if v is None else float(v) for v in values]
+
+    for impl, per in earlier.cells.items():
+        for b, fig in per.items():
+            c = cells[(impl, int(b))]
+            c.first, c.caught = nums(fig["first"]), nums(fig["caught"])
+            c.blocks, c.exact = list(fig["blocks"]), list(fig.get("exact", []))
+
+
 def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
-               runs: int) -> dict[str, Any]:
-    """The configuration and every run's figures (NaN, a run that did not get there,
-    as null) of one benchmark run."""
+               sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The configuration, the invocations the runs came from and every run's figures
+    (NaN, a run that did not get there, as null)."""
     def nums(values: list[float]) -> list[float | None]:
         return [v if v == v else None for v in values]
 
-    out: dict[str, Any] = {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"],
-                           "receivers": cfg.get("receivers", 1), "rate": RATE,
-                           # Before 6b3bcb4 Spark recovered on a plain launch's local[*].
-                           "spark_restart_master": app_master(int(cfg.get("receivers", 1))),
-                           "runs": runs, "cells": {}}
+    out: dict[str, Any] = {**compared(cfg), "sessions": sessions,
+                           "runs": sum(int(s["runs"]) for s in sessions), "cells": {}}
     for (impl, b), c in cells.items():
         if c.blocks:
             out["cells"].setdefault(impl, {})[str(b)] = {

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import machine_info, md_facts, md_table, pyplot, write_results
+from bench.recovery_runs import provenance
 
 HERE = Path(__file__).resolve().parent
 #: (file, title) in the issue's order.
@@ -70,14 +71,6 @@ def _span(values: list[float | None]) -> str:
     return f"{statistics.median(ok):.1f} [{min(ok):.1f}, {max(ok):.1f}]"
 
 
-_FACT = re.compile(r"^\| \*\*(CPU|Code)\*\* \| (.*) \|$", re.M)
-
-
-def provenance(json_path: Path) -> dict[str, str]:
-    """The CPU and code revision a recovery run was measured on, from the results
-    file beside its .json (empty when that file is missing)."""
-    md = json_path.with_suffix(".md")
-    return dict(_FACT.findall(md.read_text())) if md.exists() else {}
 
 
 def run_length(files: Sequence[Path] | None = None,
