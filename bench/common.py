@@ -322,6 +322,21 @@ def with_gaps(points: Sequence[tuple[float, float]], gap: float) -> tuple[list[f
     return xs, ys
 
 
+def finish_plot(plt: Any, fig: Any, ax: Any, path: Path, *, title: str, xlabel: str,
+                ylabel: str, log_x: bool = False) -> bool:
+    """Label ``ax``, save ``fig`` as a PNG at ``path`` and close it; True (saved)."""
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 def pyplot() -> Any | None:
     """matplotlib.pyplot on the Agg backend, or None (logged) when not installed."""
     try:

@@ -67,6 +67,7 @@ from bench.common import (
     bench_broker,
     bench_parser,
     exit_on_sigterm,
+    finish_plot,
     log,
     machine_info,
     md_facts,
@@ -272,15 +273,10 @@ def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) ->
             ys = [_median(getattr(cells[(impl, b)], key)) for b in backlogs]
             what = "first batch" if key == "first" else "caught up"
             ax.plot(xs, ys, style, label=f"{_label(impl)}: {what}")
-    ax.set_xscale("log")
-    ax.set_xlabel("backlog at the SIGKILL (blocks)")
-    ax.set_ylabel("seconds from the restart command")
-    ax.set_title("Driver SIGKILL, restart with getOrCreate (medians)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return finish_plot(plt, fig, ax, path, log_x=True,
+                       title="Driver SIGKILL, restart with getOrCreate (medians)",
+                       xlabel="backlog at the SIGKILL (blocks)",
+                       ylabel="seconds from the restart command")
 
 
 def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> bool:
@@ -299,14 +295,10 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
                 label=f"{_label(r.impl)} (restart command at "
                       f"+{r.restart_wall - r.kill_wall:.1f} s)")
     ax.axvline(0, color="red", linestyle="--", linewidth=0.8, label="SIGKILL")
-    ax.set_xlabel("seconds from the SIGKILL (batch completion time)")
-    ax.set_ylabel("words counted by the completed batch")
-    ax.set_title(f"Around a driver SIGKILL at a backlog of ~{backlog:,} blocks")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return finish_plot(plt, fig, ax, path,
+                       title=f"Around a driver SIGKILL at a backlog of ~{backlog:,} blocks",
+                       xlabel="seconds from the SIGKILL (batch completion time)",
+                       ylabel="words counted by the completed batch")
 
 
 def _runs_said(sessions: list[dict[str, Any]], elapsed: float) -> str:

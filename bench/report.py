@@ -16,7 +16,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import machine_info, md_facts, md_table, pyplot, write_results
+from bench.common import (
+    finish_plot,
+    machine_info,
+    md_facts,
+    md_table,
+    pyplot,
+    write_results,
+)
 from bench.recovery_runs import provenance
 
 HERE = Path(__file__).resolve().parent
@@ -155,18 +162,14 @@ def plot_backlogs(points: dict[tuple[str, int], list[tuple[float, float]]],
     fig, ax = plt.subplots(figsize=(8, 5))
     for (impl, receivers), xy in sorted(points.items()):
         name = "Spark receiver WAL" if impl == "spark" else "walstream"
-        ax.plot([x for x, _ in xy], [y for _, y in xy], "-o" if impl == "ours" else "--s",
+        ax.plot([x for x, _ in xy], [y for _, y in xy], "-o" if receivers == 1 else ":s",
+                color="tab:blue" if impl == "ours" else "tab:orange",
                 label=f"{name}, {receivers} receiver(s)")
-    ax.set_xscale("log")
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("backlog at the SIGKILL (blocks)")
-    ax.set_ylabel("restart command -> first completed batch (s)")
-    ax.set_title("Recovery against backlog (medians; see each results file for runs)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return finish_plot(plt, fig, ax, path, log_x=True,
+                       title="Recovery against backlog (medians; see each results file for runs)",
+                       xlabel="backlog at the SIGKILL (blocks)",
+                       ylabel="restart command -> first completed batch (s)")
 
 
 def _demote(text: str) -> str:
