@@ -172,6 +172,18 @@ def plot_backlogs(points: dict[tuple[str, int], list[tuple[float, float]]],
                        ylabel="restart command -> first completed batch (s)")
 
 
+def restart_caveat(json_path: Path) -> str:
+    """What a recovery file's Spark ratio must be read with: empty unless Spark
+    recovered on a plain launch's master (runs before the benchmark gave it one)."""
+    if not json_path.exists():
+        return ""
+    master = json.loads(json_path.read_text()).get("spark_restart_master", PLAIN_LAUNCH)
+    if master != PLAIN_LAUNCH:
+        return ""
+    return (f" (Spark recovered on {PLAIN_LAUNCH}, one task slot fewer than walstream: "
+            "its times are too slow; re-run)")
+
+
 def _demote(text: str) -> str:
     """Headings one level down, so each file nests under its section."""
     return "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
@@ -186,8 +198,9 @@ def render(facts: dict[str, str]) -> str:
             rows.append([title, "not run", ""])
             continue
         text = path.read_text()
+        caveat = restart_caveat(path.with_suffix(".json"))
         for what, verdict in verdicts(text) or [("(no target line)", "")]:
-            rows.append([f"[{title}]({name})", what, verdict])
+            rows.append([f"[{title}]({name})", what + caveat, verdict])
         sections += [f"## {title}", "", _demote(text), ""]
         flat = run_length() if name == RUN_LENGTH_AFTER else []
         if flat:

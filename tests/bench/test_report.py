@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.report import backlog_points, provenance, run_length, verdicts
+from bench.report import backlog_points, provenance, restart_caveat, run_length, verdicts
 
 
 def _write(path: Path, history_s: float, spark_first: list[float | None],
@@ -85,3 +85,12 @@ def test_backlog_points_gather_every_file_by_receivers(tmp_path: Path) -> None:
     points = backlog_points([small, large, tmp_path / "missing.json"])
     assert points == {("spark", 1): [(1000, 8.0)], ("ours", 1): [(1000, 5.5)],
                       ("ours", 10): [(100230, 20.0)]}  # a run with no first batch: no point
+
+
+def test_restart_caveat_only_for_runs_without_spark_master(tmp_path: Path) -> None:
+    old = _write(tmp_path / "a.json", 60, [8.0], [6.0])
+    assert "local[*]" in restart_caveat(old)
+    data = json.loads(old.read_text())
+    old.write_text(json.dumps({**data, "spark_restart_master": "local[3]"}))
+    assert restart_caveat(old) == ""
+    assert restart_caveat(tmp_path / "missing.json") == ""
