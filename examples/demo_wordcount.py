@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shutil
 import random
 import sys
 import tempfile
@@ -56,9 +57,13 @@ def kafka_cluster() -> Iterator[str]:
         state = broker.start(home, port=procs.free_port())
         print(f"demo: embedded broker (Tansu) at {state.bootstrap}", flush=True)
         yield state.bootstrap
-    finally:
+    except BaseException:
         broker.stop(home)
-        print("demo: embedded broker stopped", flush=True)
+        print(f"demo: embedded broker stopped; its log is kept in {home}", flush=True)
+        raise
+    broker.stop(home)
+    shutil.rmtree(home, ignore_errors=True)  # nothing in it is worth keeping after a clean run
+    print("demo: embedded broker stopped", flush=True)
 
 
 def generate(bootstrap: str, topic: str, seconds: float, rate: int, seed: int,
