@@ -93,7 +93,6 @@ class Recovery:
     impl: str
     backlog_target: int
     history_s: float
-    receivers: int = 1  # socket streams (receivers); the backlog phase feeds them all
     nominal_blocks: int = 0  # block intervals from the last completed batch to the kill
     exact_blocks: int | None = None  # from the tracker state (ours only)
     backlog_lines: int = 0
@@ -166,15 +165,13 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
     receivers, as ``local[3]`` leaves one receiver): the history feeds the first
     only, the backlog all of them (``receivers`` blocks per interval, so the
     backlog phase lasts ``backlog x block_ms / receivers``)."""
-    res = Recovery(impl, backlog, history_s, receivers=receivers)
+    res = Recovery(impl, backlog, history_s)
     servers = [LineServer() for _ in range(receivers)]
     server = servers[0]
     gate = workdir / f"gate-{impl}-{server.port}"
     env = {"PEER_GATE": str(gate)}
-    extra = ["--block-interval-ms", str(block_ms)]
-    if receivers > 1:
-        extra += ["--extra-ports", ",".join(str(s.port) for s in servers[1:]),
-                  "--master", app_master(receivers)]
+    extra = ["--block-interval-ms", str(block_ms), "--master", app_master(receivers),
+             "--extra-ports", ",".join(str(s.port) for s in servers[1:])]
     app = App(impl, server.port, bootstrap, workdir, extra, env)
     restarted: App | None = None
     try:
@@ -311,13 +308,13 @@ def _runs_said(sessions: list[dict[str, Any]], elapsed: float) -> str:
 
 
 def _master(cfg: dict[str, Any]) -> str:
-    return (f"{app_master(int(cfg.get('receivers', 1)))} (two task slots beside the "
+    return (f"{app_master(int(cfg['receivers']))} (two task slots beside the "
             "receivers), also on restart (Spark: `--master` in `PYSPARK_SUBMIT_ARGS`, as "
             "`spark-submit --master` gives it; walstream keeps its checkpoint's)")
 
 
 def _receivers_line(cfg: dict[str, Any]) -> str:
-    r = int(cfg.get("receivers", 1))
+    r = int(cfg["receivers"])
     if r == 1:
         return "one socketTextStream"
     return (f"{r} socketTextStreams unioned, each from its own line server; the history "
@@ -474,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def compared(cfg: dict[str, Any]) -> dict[str, Any]:
     """The configuration runs must share to be pooled (``recovery_runs.COMPARED``)."""
-    receivers = int(cfg.get("receivers", 1))
+    receivers = int(cfg["receivers"])
     return {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"], "rate": RATE,
             "receivers": receivers, "spark_restart_master": app_master(receivers)}
 

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The master Spark's side recovered on in runs that do not say: a plain launch's
+#: default (before the benchmark gave it one).
+PLAIN_LAUNCH = "local[*]"
 #: Configuration keys of a results .json that must match to pool runs, with the
 #: value a file written before the key existed stands for.
 COMPARED: dict[str, Any] = {
     "history_s": None, "block_ms": None, "rate": None,
     "receivers": 1,
-    # Before the benchmark gave Spark its master, it recovered on a plain launch's.
-    "spark_restart_master": "local[*]",
+    "spark_restart_master": PLAIN_LAUNCH,
 }
 
 _FACT = re.compile(r"^\| \*\*(CPU|Code)\*\* \| (.*) \|$", re.M)

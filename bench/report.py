@@ -24,7 +24,7 @@ from bench.common import (
     pyplot,
     write_results,
 )
-from bench.recovery_runs import provenance
+from bench.recovery_runs import PLAIN_LAUNCH, provenance
 
 HERE = Path(__file__).resolve().parent
 #: (file, title) in the issue's order.
@@ -61,9 +61,6 @@ RUN_LENGTH_AFTER = "RESULTS-recovery-history.md"  # the part the comparison foll
 #: "Flat in run length": the first batch after the long history within this factor
 #: of the first batch after the short one (one run's spread at 10^3 blocks is ~10%).
 FLAT = 1.2
-#: The master Spark's side recovered on in runs that do not say (before the recovery
-#: benchmark gave it one: a plain launch's default).
-PLAIN_LAUNCH = "local[*]"
 
 
 def _med(values: list[float | None]) -> float:
