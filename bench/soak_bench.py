@@ -31,11 +31,10 @@ shows memory over the run and lines/s per batch around the kill.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    Stat,
     bench_broker,
     bench_parser,
     exit_on_sigterm,
@@ -53,12 +53,19 @@ from bench.common import (
     md_facts,
     md_table,
     pyplot,
-    rss_mib,
     with_gaps,
     write_results,
 )
 from bench.peer_bench import ROOT, App, LineServer, Phase
 from bench.recovery_bench import BLOCK_MS, Recovery, measure
+from bench.soak_probe import (
+    PARTS,
+    heap_after_gc,
+    jvm_after_full_gc,
+    live_classes,
+    sample,
+    start_gc_log,
+)
 
 SIZES: dict[str, dict[str, Any]] = {
     "small": dict(minutes=3.0, warmup_min=1.0),
@@ -66,158 +73,12 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 SAMPLE_S = 10.0
 BACKLOG = 1000
-PARTS = ("driver (Python)", "driver JVM", "Python workers", "broker")
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, process group) of every process (from /proc)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        out[int(entry.name)] = (int(fields[1]), int(fields[2]))
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _app_jvms(app_pid: int, table: dict[int, tuple[int, int]]) -> set[int]:
-    """The JVMs in the app's process group (the driver's, started by PySpark)."""
-    return {pid for pid, (_, pgrp) in table.items()
-            if pgrp == app_pid and pid != app_pid
-            and "java" in _cmdline(pid).split(" ")[0]}
-
-
-def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
-    """MiB per part; a part with no process reads 0.
-
-    PySpark's worker daemon puts itself and the workers it forks in a process
-    group of their own (``os.setpgid(0, 0)`` in ``pyspark.daemon``), so the
-    workers are found as the groups of the JVM's children, not in the app's group.
-    """
-    parts = dict.fromkeys(PARTS, 0.0)
-    table = _proc_table()
-    jvms = _app_jvms(app_pid, table)
-    for pid, (_, pgrp) in table.items():
-        if pgrp != app_pid:
-            continue
-        mib = rss_mib(pid) or 0.0
-        if pid == app_pid:
-            parts["driver (Python)"] += mib
-        elif pid in jvms:
-            parts["driver JVM"] += mib
-        else:
-            parts["Python workers"] += mib
-    worker_groups = {pgrp for pid, (ppid, pgrp) in table.items()
-                     if ppid in jvms and pgrp != app_pid}
-    for pid, (_, pgrp) in table.items():
-        if pgrp in worker_groups:
-            parts["Python workers"] += rss_mib(pid) or 0.0
-    if broker_pid:
-        parts["broker"] = rss_mib(broker_pid) or 0.0
-    return parts
-
-
-def _jcmd(pid: int, *args: str) -> str | None:
-    """``jcmd PID ARGS`` output, or None (logged) when it fails."""
-    try:
-        return subprocess.run(["jcmd", str(pid), *args], capture_output=True, text=True,
-                              timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        log(f"jcmd {' '.join(args)} on the JVM {pid} failed: {exc}")
-        return None
-
-
-def start_gc_log(app_pid: int, path: Path) -> bool:
-    """Log every GC of the app's JVM to ``path`` from now on (``jcmd VM.log``).
-
-    Switched on in the running JVM, so the app's command line and configuration
-    stay those of the other benchmarks; a log line costs nothing measurable
-    beside a collection.
-    """
-    jvms = _app_jvms(app_pid, _proc_table())
-    return bool(jvms) and _jcmd(min(jvms), "VM.log", f"output={path}", "what=gc",
-                                "decorators=timemillis") is not None
-
-
-_GC_LINE = re.compile(r"^\[(\d+)ms\].*Pause (\w+).*? (\d+)M->(\d+)M\((\d+)M\)")
-
-
-def heap_after_gc(path: Path, t0_wall: float) -> list[tuple[float, float]]:
-    """(seconds since ``t0_wall``, lowest heap after a GC pause in MiB), a point per minute.
-
-    The heap a pause leaves holds the live data plus old-generation garbage not yet
-    collected, so the lowest figure of a minute is a ceiling on the live heap
-    then: a leak shows as that ceiling rising, whatever G1 commits around it.
-    """
-    lows: dict[int, float] = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
-        m = _GC_LINE.match(line)
-        if m is None:
-            continue
-        minute = int((int(m.group(1)) / 1000 - t0_wall) // 60)
-        after = float(m.group(4))
-        lows[minute] = min(after, lows.get(minute, after))
-    return [(60.0 * k + 30.0, v) for k, v in sorted(lows.items()) if k >= 0]
-
-
-def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
-    """(RSS MiB, live heap MiB) of the app's JVM after a full GC forced with jcmd.
-
-    A JVM's RSS follows its committed heap, which G1 grows while garbage waits for
-    a collection and shrinks only after a full one; the live heap after a full GC
-    tells a leak (live data growing) from heap not yet given back. Run once, after
-    the last sample, so the growth figures are of the untouched run.
-    """
-    jvms = _app_jvms(app_pid, _proc_table())
-    if not jvms:
-        return None
-    pid = min(jvms)
-    if _jcmd(pid, "GC.run") is None:
-        return None
-    time.sleep(2.0)
-    info = _jcmd(pid, "GC.heap_info")
-    if info is None:
-        return None
-    used = re.search(r"used (\d+)K", info)
-    rss = rss_mib(pid)
-    if used is None or rss is None:
-        return None
-    return rss, int(used.group(1)) / 1024
-
-
-def live_classes(app_pid: int, top: int = 8) -> list[tuple[str, float, int]]:
-    """(class, MiB, instances) of the largest classes on the JVM's live heap.
-
-    ``jcmd GC.class_histogram`` forces a full GC first, so it runs after the
-    last sample, beside ``jvm_after_full_gc``: what the live heap is made of.
-    """
-    jvms = _app_jvms(app_pid, _proc_table())
-    out = _jcmd(min(jvms), "GC.class_histogram") if jvms else None
-    rows = []
-    for line in (out or "").splitlines():
-        m = re.match(r"\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", line)
-        if m:
-            rows.append((m.group(3), int(m.group(2)) / 2**20, int(m.group(1))))
-    return rows[:top]
 
 
 @dataclass
 class Soak:
+    """One soak run: its samples, its batches around the kill, its JVM's insides."""
+
     rate: float
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     sent: int = 0
@@ -228,6 +89,27 @@ class Soak:
     jvm_gc: tuple[float, float] | None = None  # (RSS, live heap) MiB after a full GC at the end
     heap_after_gc: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB) a minute
     live_classes: list[tuple[str, float, int]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything the report needs, so it can be redrawn without a 30-minute run."""
+        d = dataclasses.asdict(self)
+        d["batches"] = self.batches[-600:]
+        if self.recovery is not None:
+            d["recovery"]["timeline"] = []  # the batches above are the same data, kept once
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Soak:
+        d = dict(d)
+        rec = d.pop("recovery", None)
+        soak = cls(**d)
+        soak.samples = [(float(t), dict(s)) for t, s in soak.samples]
+        soak.heap_after_gc = [(float(t), float(v)) for t, v in soak.heap_after_gc]
+        soak.live_classes = [(str(c), float(m), int(n)) for c, m, n in soak.live_classes]
+        if soak.jvm_gc is not None:
+            soak.jvm_gc = (float(soak.jvm_gc[0]), float(soak.jvm_gc[1]))
+        soak.recovery = Recovery(**rec) if rec is not None else None
+        return soak
 
 
 def growth(soak: Soak, part: str, warmup_s: float) -> tuple[float, float, float]:
@@ -282,108 +164,162 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
     return soak
 
 
-def plot(soak: Soak, warmup_s: float, path: Path,
-         marks: Sequence[tuple[float, str]] = ()) -> bool:
-    """Memory over the run (``marks``: (seconds, label) lines) and, when the batches
-    were kept, lines per batch around the kill."""
+def plot(soaks: Sequence[Soak], warmup_s: float, path: Path) -> bool:
+    """Memory over the run, every run drawn (a colour per part, a line style per
+    run), and lines per batch around the kill of the last run."""
     plt = pyplot()
-    if plt is None:
+    if plt is None or not soaks:
         return False
-    fig, axes = plt.subplots(2 if soak.batches else 1, 1, figsize=(9, 7 if soak.batches else 4),
+    last = soaks[-1]
+    fig, axes = plt.subplots(2 if last.batches else 1, 1, figsize=(9, 7 if last.batches else 4),
                              squeeze=False)
     ax1 = axes[0][0]
-    xs = [t / 60 for t, _ in soak.samples]
-    for part in PARTS:
-        ax1.plot(xs, [s[part] for _, s in soak.samples], label=part)
-    if soak.heap_after_gc:
-        ax1.plot([t / 60 for t, _ in soak.heap_after_gc], [v for _, v in soak.heap_after_gc],
-                 "--", label="JVM heap after GC (lowest a minute)")
+    styles = ("-", "--", ":", "-.")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for n, soak in enumerate(soaks):
+        xs = [t / 60 for t, _ in soak.samples]
+        style = styles[n % len(styles)]
+        for c, part in enumerate(PARTS):
+            ax1.plot(xs, [s[part] for _, s in soak.samples], style, color=colours[c],
+                     linewidth=1.0, label=part if n == 0 else None)
+        if soak.heap_after_gc:
+            ax1.plot([t / 60 for t, _ in soak.heap_after_gc],
+                     [v for _, v in soak.heap_after_gc], style, color=colours[len(PARTS)],
+                     linewidth=1.0,
+                     label="JVM heap after GC (lowest a minute)" if n == 0 else None)
     ax1.axvline(warmup_s / 60, color="grey", linestyle=":", label="end of warm-up")
-    for t, label in marks:
-        ax1.axvline(t / 60, color="black", linestyle="--", linewidth=0.8, label=label)
     ax1.set_xlabel("minutes")
     ax1.set_ylabel("RSS (MiB)")
-    ax1.set_title(f"walstream word count at {soak.rate:.0f} lines/s: resident memory")
+    runs = f"{len(soaks)} runs (line style = run)" if len(soaks) > 1 else "one run"
+    ax1.set_title(f"walstream word count at {last.rate:.0f} lines/s: resident memory, {runs}")
     ax1.legend(fontsize=8)
-    if soak.batches:
+    if last.batches:
         ax2 = axes[1][0]
-        tail_from = soak.batches[-1]["wall"] - 240
-        pts = [b for b in soak.batches if b["wall"] >= tail_from]
-        t_end = soak.batches[-1]["wall"]
+        tail_from = last.batches[-1]["wall"] - 240
+        pts = [b for b in last.batches if b["wall"] >= tail_from]
+        t_end = last.batches[-1]["wall"]
         ax2.plot(*with_gaps([(b["wall"] - t_end, float(b["records"])) for b in pts], gap=3.0),
                  ".-")
         ax2.set_xlabel("seconds before the last batch (completion time)")
         ax2.set_ylabel("lines per completed batch")
-        ax2.set_title("Around the kill: slow sink (backlog), SIGKILL, restart, catch-up")
+        ax2.set_title("Last run, around the kill: slow sink (backlog), SIGKILL, restart, "
+                      "catch-up")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return True
 
 
-def render(soak: Soak, cfg: dict[str, Any], facts: dict[str, str], size: str,
-           elapsed: float, plotted: str | None) -> str:
-    warmup_s = float(cfg["warmup_min"]) * 60
+def memory_rows(soaks: Sequence[Soak], warmup_s: float) -> tuple[list[list[str]], list[str]]:
+    """The memory table (medians over the runs) and one target line per part.
+
+    The verdict is on the median growth, as every other benchmark's; the line also
+    says how many runs met it, so one bad run is not hidden by the other two.
+    """
     rows, verdicts = [], []
     for part in PARTS:
-        if part == "broker" and not any(s[part] for _, s in soak.samples):
+        if part == "broker" and not any(s[part] for soak in soaks for _, s in soak.samples):
             continue
-        b, e, g = growth(soak, part, warmup_s)
-        peak = max(s[part] for _, s in soak.samples)
-        rows.append([part, f"{b:.0f}", f"{e:.0f}", f"{peak:.0f}", f"{g * 100:+.1f}%"])
-        verdicts.append(f"- {part}: {g * 100:+.1f}% (target < 10%): "
-                        f"**{'met' if g < 0.10 else 'missed'}**")
-    r = soak.recovery
+        per_run = [growth(soak, part, warmup_s) for soak in soaks]
+        g = Stat.of([x[2] * 100 for x in per_run])
+        peak = max(s[part] for soak in soaks for _, s in soak.samples)
+        rows.append([part, f"{statistics.median(x[0] for x in per_run):.0f}",
+                     f"{statistics.median(x[1] for x in per_run):.0f}", f"{peak:.0f}",
+                     f"{g.median:+.1f}% [{g.min:+.1f}%, {g.max:+.1f}%]"])
+        met_runs = sum(x[2] < 0.10 for x in per_run)
+        verdicts.append(f"- {part}: {g.median:+.1f}% [{g.min:+.1f}%, {g.max:+.1f}%] "
+                        f"(target < 10%; {met_runs} of {len(soaks)} runs under it): "
+                        f"**{'met' if g.median < 10 else 'missed'}**")
+    return rows, verdicts
+
+
+def jvm_lines(soaks: Sequence[Soak], warmup_s: float) -> list[str]:
+    """What the JVM's RSS is made of: RSS and live heap after a full GC, the heap a
+    GC left over the run, the largest live classes (of the last run)."""
+    lines: list[str] = []
+    after_full = [s.jvm_gc for s in soaks if s.jvm_gc is not None]
+    if after_full:
+        rss = Stat.of([a[0] for a in after_full])
+        live = Stat.of([a[1] for a in after_full])
+        lines += [f"Driver JVM after a full GC forced (`jcmd GC.run`) after the last sample "
+                  f"({len(after_full)} runs): RSS **{rss.fmt(0)} MiB**, live heap "
+                  f"**{live.fmt(0)} MiB** (max heap: spark.driver.memory). A JVM's RSS "
+                  "follows its committed heap, which grows while garbage waits and shrinks "
+                  "only after a full collection: a leak shows as live heap growing, not as "
+                  "RSS alone.", ""]
+    heap = [series_growth(s.heap_after_gc, warmup_s) for s in soaks
+            if len([t for t, _ in s.heap_after_gc if t >= warmup_s]) >= 4]
+    if heap:
+        lines += [f"Driver JVM heap after a collection (from its GC log, switched on with "
+                  f"`jcmd VM.log` at the first sample; the lowest figure a GC pause left in "
+                  f"each minute, a ceiling on the live heap; {len(heap)} runs): "
+                  f"**{Stat.of([h[0] for h in heap]).fmt(0)} MiB** in the first minute after "
+                  f"warm-up, **{Stat.of([h[1] for h in heap]).fmt(0)} MiB** at the end "
+                  f"({Stat.of([h[2] * 100 for h in heap]).fmt(1)}%). Not a target line: the "
+                  "target is on RSS; this tells live data growing (a leak) from heap that G1 "
+                  "committed and keeps.", ""]
+    if soaks[-1].live_classes:
+        lines += ["Largest classes on the live heap at the end of the last run "
+                  "(`jcmd GC.class_histogram`, after the last sample):", "",
+                  md_table(["Class", "MiB", "Instances"],
+                           [[f"`{c}`", f"{mib:.1f}", f"{n:,}"]
+                            for c, mib, n in soaks[-1].live_classes]), ""]
+    return lines
+
+
+def recovery_lines(soaks: Sequence[Soak], minutes: float) -> list[str]:
+    recs = [s.recovery for s in soaks if s.recovery is not None]
+    if not recs:
+        return []
+    first = Stat.of([r.first_batch_s for r in recs])
+    caught = [r.caught_up_s for r in recs if r.caught_up_s == r.caught_up_s]
+    backlogs = ", ".join(f"{r.nominal_blocks:,} (exact {r.exact_blocks})" for r in recs)
+    notes = " ".join(sorted({r.note for r in recs if r.note}))
+    return [
+        "## Recovery after the long history", "",
+        f"Backlog per run: {backlogs} blocks, after {minutes:.0f} min. First batch "
+        f"**{first.fmt()} s** after the restart command"
+        + (f", caught up after **{Stat.of(caught).fmt()} s**" if caught else
+           ", never caught up within the timeout")
+        + f" ({len(recs)} runs; batches re-run: "
+        f"{', '.join(str(r.batches_rerun) for r in recs)}). {notes} Compare with the same "
+        "backlog after one minute in [RESULTS-recovery.md](RESULTS-recovery.md).", ""]
+
+
+def render(soaks: Sequence[Soak], cfg: dict[str, Any], facts: dict[str, str], size: str,
+           elapsed: float, plotted: str | None) -> str:
+    warmup_s = float(cfg["warmup_min"]) * 60
+    rows, verdicts = memory_rows(soaks, warmup_s)
+    rate = soaks[0].rate
+    sent = Stat.of([float(s.achieved) for s in soaks])
+    n = len(soaks)
     lines = [
         "# Soak benchmark: memory over a long run, recovery after it", "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
-        f"`python -m bench.soak_bench --size {size} --rate {soak.rate:.0f}` "
-        f"({elapsed:.0f} s in all). One run.", "",
+        f"`python -m bench.soak_bench --size {size} --rate {rate:.0f} --runs {n}` "
+        f"({elapsed:.0f} s in all). "
+        + ("One run." if n == 1 else
+           f"{n} runs, each on a broker and app of its own; figures are median [min, max] "
+           "over the runs."), "",
         "## Machine", "", md_facts(facts), "",
         "## Configuration", "",
         md_facts({
             "App": "`bench/peer_app.py --impl ours` (word count), local[3], 1 s batches, "
                    f"{BLOCK_MS} ms block interval",
-            "Load": f"{soak.rate:.0f} lines/s offered, {soak.achieved:.0f}/s sent "
-                    f"({soak.sent:,} lines, about 95 B each) for {cfg['minutes']:.0f} min",
+            "Load": f"{rate:.0f} lines/s offered, {sent.fmt(0)}/s sent "
+                    f"({statistics.median(s.sent for s in soaks):,.0f} lines per run, about "
+                    f"95 B each) for {cfg['minutes']:.0f} min",
             "Sampling": f"VmRSS every {SAMPLE_S:.0f} s; warm-up {cfg['warmup_min']:.0f} min; "
                         "growth = mean of the last tenth / mean of the first minute after "
                         "warm-up - 1",
         }), "",
         "## Memory", "",
-        md_table(["Part", "After warm-up (MiB)", "End (MiB)", "Peak (MiB)", "Growth"], rows),
+        md_table(["Part", "After warm-up (MiB, median)", "End (MiB, median)",
+                  "Peak (MiB, any run)", "Growth, median [min, max]"], rows),
         "", *verdicts, "",
+        *jvm_lines(soaks, warmup_s),
+        *recovery_lines(soaks, float(cfg["minutes"])),
     ]
-    if soak.jvm_gc is not None:
-        lines += [f"Driver JVM after a full GC forced (`jcmd GC.run`) after the last sample: "
-                  f"RSS **{soak.jvm_gc[0]:.0f} MiB**, live heap **{soak.jvm_gc[1]:.0f} MiB** "
-                  "(max heap: spark.driver.memory). A JVM's "
-                  "RSS follows its committed heap, which grows while garbage waits and "
-                  "shrinks only after a full collection: a leak shows as live heap "
-                  "growing, not as RSS alone.", ""]
-    if len([t for t, _ in soak.heap_after_gc if t >= warmup_s]) >= 4:
-        b, e, g = series_growth(soak.heap_after_gc, warmup_s)
-        lines += [f"Driver JVM heap after a collection (from its GC log, switched on with "
-                  f"`jcmd VM.log` at the first sample; the lowest figure a GC pause left in "
-                  f"each minute, a ceiling on the live heap): **{b:.0f} MiB** in the first "
-                  f"minute after warm-up, **{e:.0f} MiB** at the end ({g * 100:+.1f}%). "
-                  "Not a target line: the target is on RSS; this tells live data growing "
-                  "(a leak) from heap that G1 committed and keeps.", ""]
-    if soak.live_classes:
-        lines += ["Largest classes on the live heap at the end (`jcmd GC.class_histogram`, "
-                  "after the last sample):", "",
-                  md_table(["Class", "MiB", "Instances"],
-                           [[f"`{c}`", f"{mib:.1f}", f"{n:,}"]
-                            for c, mib, n in soak.live_classes]), ""]
-    if r is not None:
-        lines += [
-            "## Recovery after the long history", "",
-            f"Backlog {r.nominal_blocks:,} blocks (exact {r.exact_blocks}; "
-            f"{r.backlog_lines:,} lines) after "
-            f"{cfg['minutes']:.0f} min: first batch **{r.first_batch_s:.1f} s** after the "
-            f"restart command, caught up after **{r.caught_up_s:.1f} s** "
-            f"({r.batches_rerun} batches re-run). {r.note} Compare with the same backlog "
-            "after one minute in [RESULTS-recovery.md](RESULTS-recovery.md).", ""]
     if plotted:
         lines += [f"![memory and the kill]({plotted})", ""]
     return "\n".join(lines)
@@ -406,27 +342,46 @@ def default_rate() -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-soak.md")
     ap.add_argument("--rate", type=float, default=None)
+    ap.add_argument("--runs", type=int, default=3,
+                    help="soak runs, each on a broker and app of its own (default 3)")
+    ap.add_argument("--rerender", action="store_true",
+                    help="redraw the .md and plot from the .json beside --out; measure nothing")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
+    raw = args.out.with_suffix(".json")
+    png = args.out.parent / "soak.png"
+    soaks: list[Soak] = []
+    if args.rerender:
+        saved = json.loads(raw.read_text())
+        if "runs" not in saved:
+            ap.error(f"{raw} holds no runs (written before --runs); measure again")
+        soaks = [Soak.from_json(d) for d in saved["runs"]]
+        plotted = png.name if plot(soaks, float(cfg["warmup_min"]) * 60, png) else None
+        write_results(args.out, render(soaks, cfg, saved["facts"], saved["size"],
+                                       saved["elapsed"], plotted))
+        return 0
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     rate = args.rate or default_rate()
     exit_on_sigterm()
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="walstream-soak-"))
-    try:
-        with bench_broker() as broker:
-            facts = machine_info(broker.description)
-            soak = run(broker.bootstrap, broker.pid, workdir, cfg, rate)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    # The raw samples and batches beside the results, so the plot can be redrawn
-    # (a run without matplotlib, or another view) without another 30-minute run.
-    args.out.with_suffix(".json").write_text(json.dumps({
-        "samples": soak.samples, "batches": soak.batches[-600:],
-        "jvm_gc": soak.jvm_gc, "heap_after_gc": soak.heap_after_gc,
-        "live_classes": soak.live_classes}, indent=None))
-    png = args.out.parent / "soak.png"
-    plotted = png.name if plot(soak, float(cfg["warmup_min"]) * 60, png) else None
-    write_results(args.out, render(soak, cfg, facts, args.size,
+    facts: dict[str, str] = {}
+    for n in range(args.runs):
+        log(f"soak run {n + 1} of {args.runs}")
+        workdir = Path(tempfile.mkdtemp(prefix="walstream-soak-"))
+        try:
+            with bench_broker() as broker:
+                facts = facts or machine_info(broker.description)
+                soaks.append(run(broker.bootstrap, broker.pid, workdir, cfg, rate))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        # The raw runs beside the results after every run, so a later failure (or a
+        # run without matplotlib) costs no measurement: --rerender redraws from it.
+        raw.write_text(json.dumps({
+            "size": args.size, "facts": facts, "elapsed": time.monotonic() - started,
+            "runs": [s.to_json() for s in soaks]}, indent=None))
+    plotted = png.name if plot(soaks, float(cfg["warmup_min"]) * 60, png) else None
+    write_results(args.out, render(soaks, cfg, facts, args.size,
                                    time.monotonic() - started, plotted))
     return 0
 
