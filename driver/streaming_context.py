@@ -231,7 +231,7 @@ class StreamingContext:
         engine = self._engine
         if engine is None or self._checkpoint_writer is None:
             return
-        pending = engine.scheduler.pending_times()
+        pending = engine.generator.pending_times()
         if on_done is None and t not in pending:
             pending.append(t)  # generated, maybe not yet submitted
         data = build_checkpoint(self, t, pending)

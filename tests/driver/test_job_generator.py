@@ -294,6 +294,94 @@ def test_resubmitted_times_are_checkpointed_at_completion_only() -> None:
         h.close()
 
 
+def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> None:
+    # Generating all resubmitted batches at once competed with the first recovered
+    # batch for the driver; now only the next one is generated while one runs.
+    h = Harness(job_s=0.2)
+    try:
+        blocks = [block(0, 1) for _ in range(5)]
+        for i, b in enumerate(blocks[:4]):  # four batches allocated before the crash
+            assert h.tracker.add_block(b)
+            h.tracker.allocate_blocks_to_batch(1000 * (i + 1))
+        assert h.tracker.add_block(blocks[4])  # received, not allocated: the down time
+        times = [1000, 2000, 3000, 4000, 5000, 6000]
+        h.gen.resubmit(times)
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL  # timer stays quiet
+        h.gen.start(far)
+        assert wait_until(lambda: 1000 in h.seen)  # the first batch runs
+        # Every time is allocated (logged) in order at once: 5000 took the waiting block.
+        assert wait_until(lambda: h.tracker.allocated_batch_times() == times)
+        assert ids(h.tracker.get_blocks_of_batch(5000)) == {blocks[4].block_id}
+        # ... but while 1000 runs only 2000 is generated, and the checkpoint's pending
+        # list still holds every batch not completed.
+        with h.lock:
+            assert h.generated == [1000, 2000]
+        assert h.gen.pending_times() == times
+        assert wait_until(lambda: len(h.completed_times()) == 6)
+        assert h.generated == times and h.completed_times() == times
+        assert [h.seen[t] for t in times] == [{b.block_id} for b in blocks] + [set()]
+        assert h.gen.pending_times() == []
+    finally:
+        h.close()
+
+
+def test_a_deferred_batch_counts_its_wait_from_its_allocation() -> None:
+    h = Harness(job_s=0.3)
+    try:
+        h.gen.resubmit([1000, 2000, 3000])
+        started = time.time() * 1000
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        h.gen.start(far)
+        assert wait_until(lambda: len(h.completed_times()) == 3)
+        last = h.scheduler.completed[-1]
+        # 3000 was generated only after 1000 finished (~0.3 s), yet it was submitted
+        # (allocated) at the restart, so its scheduling delay shows the ~0.6 s it waited.
+        assert last.submission_time_ms < started + 200
+        assert last.schedulingDelay() >= 500
+    finally:
+        h.close()
+
+
+def test_a_checkpoint_written_while_batches_are_deferred_lists_them_pending() -> None:
+    pending_at: dict[int, list[int]] = {}
+    h: Harness
+
+    def checkpointer(t: int, on_done: Callable[[], None] | None) -> None:
+        if on_done is not None:
+            pending_at[t] = h.gen.pending_times()
+            on_done()
+
+    h = Harness(checkpointer=checkpointer, job_s=0.2)
+    try:
+        h.gen.resubmit([1000, 2000, 3000, 4000])
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        h.gen.start(far)
+        assert wait_until(lambda: len(pending_at) == 4)
+        # At 1000's completion 3000 and 4000 were not generated yet: a crash then must
+        # re-run them, so the checkpoint names them.
+        assert pending_at[1000] == [2000, 3000, 4000]
+        assert pending_at[4000] == []
+    finally:
+        h.close()
+
+
+def test_a_graceful_stop_runs_the_deferred_batches_first() -> None:
+    # Quick jobs: the scheduler is idle for a moment between two batches while the
+    # generator still holds deferred ones; the stop must wait for those, not for idle.
+    h = Harness()
+    try:
+        times = list(range(1000, 41_000, 1000))
+        h.gen.resubmit(times)
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        h.gen.start(far)
+        assert wait_until(lambda: 1000 in h.seen)
+        h.gen.stop(drain=lambda: True, timeout_s=WAIT_S)
+        assert h.completed_times() == times
+        assert h.cleaned == times
+    finally:
+        h.close()
+
+
 def test_stop_with_drain_keeps_generating_until_drained() -> None:
     h = Harness(job_s=0.15)  # batches still running when the drain holds
     try:
