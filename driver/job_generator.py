@@ -61,6 +61,9 @@ LOOKAHEAD = 1
 #: How often the loop looks whether a deferred batch may be generated (the next one
 #: is generated while the current one runs, so this adds no delay while busy).
 DEFER_POLL_S = 0.02
+#: After a graceful stop's timeout, how long building the batches still deferred may
+#: take (each ~30 ms of Py4J calls).
+LAST_FLUSH_S = 60.0
 Checkpointer = Callable[[int, Callable[[], None] | None], None]
 
 
@@ -86,7 +89,9 @@ class JobGenerator:
         self._timer = RecurringTimer(batch_interval_ms, self._on_tick, "job-generator-timer")
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue(max_events)
         self._loop = threading.Thread(target=self._run, name="job-generator", daemon=True)
+        self._resubmitted: list[int] = []
         self.last_generated_ms: int | None = None
+        self.last_allocated_ms: int | None = None  # both under self._generated
         self._generated = threading.Condition()
         self._stopping = threading.Event()
         # Allocated batches whose jobs are not generated yet: (time, checkpoint after
@@ -95,16 +100,24 @@ class JobGenerator:
         self._deferred: deque[tuple[int, bool, int]] = deque()
         self._deferred_lock = threading.Lock()
         self._on_drained: list[Callable[[], None]] = []
+        self._build_all = threading.Event()  # a graceful stop out of time: no lookahead
 
     def start(self, first_time_ms: int | None = None) -> int:
-        """Start the loop and the timer; returns the first batch time."""
+        """Start the loop, queue the resubmitted times, then start the timer (so a
+        restart's first new batch follows every resubmitted one); returns the first
+        batch time."""
         self._loop.start()
+        # Posted with the loop running: more resubmitted times than the event queue
+        # holds (hours of down time under the "all" policy) wait for it, not forever.
+        for t in self._resubmitted:
+            self._post("regenerate", t)
+        self._resubmitted = []
         return self._timer.start(first_time_ms)
 
     def resubmit(self, times: list[int]) -> None:
-        """Generate jobs for times missed or pending before a restart (in order)."""
-        for t in sorted(times):
-            self._post("regenerate", t)
+        """Generate jobs for times missed or pending before a restart (in order);
+        call before :meth:`start`."""
+        self._resubmitted = sorted({*self._resubmitted, *times})
 
     def _on_tick(self, t: int) -> None:
         self._post("generate", t)
@@ -174,11 +187,15 @@ class JobGenerator:
             log.error("batch %d: %s", t, exc)
         with self._deferred_lock:
             self._deferred.append((t, checkpoint, int(time.time() * 1000)))
+        with self._generated:
+            self.last_allocated_ms = t
+            self._generated.notify_all()
 
     def _generate_ready(self) -> None:
         """Steps 2-4 for deferred batches, oldest first, while fewer than ``LOOKAHEAD``
         generated batches wait to start; then run what waited for none to be left."""
-        while self._deferred and self.scheduler.waiting_count() < LOOKAHEAD:
+        while self._deferred and (self._build_all.is_set()
+                                  or self.scheduler.waiting_count() < LOOKAHEAD):
             t, checkpoint, allocated_ms = self._deferred[0]
             try:
                 self._generate(t, checkpoint, allocated_ms)
@@ -222,11 +239,17 @@ class JobGenerator:
         elif cleanup is not None:
             cleanup(t)
 
-    def wait_for_batch_after(self, t: int | None, timeout_s: float) -> bool:
-        """Wait until a batch later than ``t`` was generated."""
+    def wait_for_batch_after(self, t: int | None, timeout_s: float,
+                             allocated: bool = False) -> bool:
+        """Wait until a batch later than ``t`` was generated (``allocated``: was
+        allocated, its jobs maybe not built yet)."""
         deadline = time.monotonic() + timeout_s
+
+        def last() -> int | None:
+            return self.last_allocated_ms if allocated else self.last_generated_ms
+
         with self._generated:
-            while self.last_generated_ms is None or (t is not None and self.last_generated_ms <= t):
+            while (latest := last()) is None or (t is not None and latest <= t):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -244,7 +267,11 @@ class JobGenerator:
         if drain is not None:
             while not drain() and time.monotonic() < deadline:
                 time.sleep(self.batch_interval_ms / 1000 / 4)
-            self.wait_for_batch_after(self.last_generated_ms, max(0.0, deadline - time.monotonic()))
+            # One more batch time allocated after the drain held takes what came in
+            # meanwhile; its jobs may be built later (deferred), which the flush below
+            # waits for.
+            self.wait_for_batch_after(self.last_allocated_ms,
+                                      max(0.0, deadline - time.monotonic()), allocated=True)
         if drain is None:
             self._stopping.set()  # a timer blocked on a full queue gives up its tick
         next_time = self._timer.stop()
@@ -256,7 +283,15 @@ class JobGenerator:
             # "completed" events).
             flushed = threading.Event()
             self._post("when_drained", flushed.set)
-            flushed.wait(max(0.0, deadline - time.monotonic()))
+            if not flushed.wait(max(0.0, deadline - time.monotonic())):
+                # Out of time: build and submit every batch still deferred at once, so
+                # none is dropped (the scheduler's own stop then waits for its jobs).
+                with self._deferred_lock:
+                    left = [t for t, _, _ in self._deferred]
+                log.warning("graceful stop timed out with %d batches not started (%s); "
+                            "submitting them all now", len(left), left[:5])
+                self._build_all.set()
+                flushed.wait(LAST_FLUSH_S)
             self.scheduler.wait_idle(max(0.0, deadline - time.monotonic()))
         self._post("stop", None)
         self._loop.join(max(0.1, deadline - time.monotonic()))

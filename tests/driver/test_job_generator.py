@@ -56,7 +56,7 @@ class Harness:
     def __init__(self, cleanup: bool = True,
                  checkpointer: Callable[[int, Callable[[], None] | None], None] | None = None,
                  generate: Callable[[int], list[Job]] | None = None,
-                 job_s: float = 0.0) -> None:
+                 job_s: float = 0.0, max_events: int = 10_000) -> None:
         self.job_s = job_s
         self.wal = MemoryWriteAheadLog()
         self.tracker = ReceivedBlockTracker([0, 1], self.wal)
@@ -69,7 +69,7 @@ class Harness:
                                       on_batch_completed=lambda i: self.gen.on_batch_completed(i))
         self.gen = JobGenerator(self.tracker, INTERVAL, generate or self.generate_jobs,
                                 self.scheduler, cleanup=self.cleanup if cleanup else None,
-                                checkpointer=checkpointer)
+                                checkpointer=checkpointer, max_events=max_events)
 
     def generate_jobs(self, t: int) -> list[Job]:
         with self.lock:
@@ -309,13 +309,18 @@ def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> No
         far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL  # timer stays quiet
         h.gen.start(far)
         assert wait_until(lambda: 1000 in h.seen)  # the first batch runs
-        # Every time is allocated (logged) in order at once: 5000 took the waiting block.
+        # Every time is allocated (logged) in order at once, while at most the next
+        # batch is built: 5000 took the waiting block.
         assert wait_until(lambda: h.tracker.allocated_batch_times() == times)
-        assert ids(h.tracker.get_blocks_of_batch(5000)) == {blocks[4].block_id}
-        # ... but while 1000 runs only 2000 is generated, and the checkpoint's pending
-        # list still holds every batch not completed.
         with h.lock:
-            assert h.generated == [1000, 2000]
+            assert h.generated in ([1000], [1000, 2000])
+        assert ids(h.tracker.get_blocks_of_batch(5000)) == {blocks[4].block_id}
+        # While 1000 runs (0.5 s) 2000 is built, and no more; the checkpoint's pending
+        # list still holds every batch not completed.
+        assert wait_until(lambda: h.generated == [1000, 2000])
+        time.sleep(0.1)
+        with h.lock:
+            assert h.generated == [1000, 2000] and 1000 not in h.completed_times()
         assert h.gen.pending_times() == times
         assert wait_until(lambda: len(h.completed_times()) == 6)
         assert h.generated == times and h.completed_times() == times
@@ -378,6 +383,43 @@ def test_a_graceful_stop_runs_the_deferred_batches_first() -> None:
         h.gen.stop(drain=lambda: True, timeout_s=WAIT_S)
         assert h.completed_times() == times
         assert h.cleaned == times
+    finally:
+        h.close()
+
+
+def test_a_graceful_stop_out_of_time_submits_every_deferred_batch() -> None:
+    h = Harness(job_s=0.3)
+    try:
+        times = list(range(1000, 11_000, 1000))
+        h.gen.resubmit(times)
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        h.gen.start(far)
+        assert wait_until(lambda: 1000 in h.seen)
+        # 10 x 0.3 s of jobs cannot finish in 0.5 s: the stop gives up waiting, but
+        # builds and submits every batch first rather than dropping the deferred ones.
+        stop_started = time.monotonic()
+        h.gen.stop(drain=lambda: True, timeout_s=0.5)
+        # Bounded: not the ~2.7 s the rest of the jobs take one after another.
+        assert time.monotonic() - stop_started < 2.0
+        with h.lock:
+            assert h.generated == times
+        assert h.scheduler.pending_times() == [t for t in times if t not in
+                                               h.completed_times()]
+    finally:
+        h.close()
+
+
+def test_more_resubmitted_times_than_the_event_queue_holds_do_not_hang_the_start() -> None:
+    h = Harness(max_events=5)
+    try:
+        times = list(range(1000, 41_000, 1000))  # 40 times, a queue of 5
+        h.gen.resubmit(times)
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        started = threading.Thread(target=h.gen.start, args=(far,), daemon=True)
+        started.start()
+        started.join(WAIT_S)
+        assert not started.is_alive()
+        assert wait_until(lambda: h.completed_times() == times)
     finally:
         h.close()
 
