@@ -97,6 +97,14 @@ class Harness:
         with self.lock:
             return next((t for t, s in sorted(self.seen.items()) if block_id in s), None)
 
+    def restart(self, times: list[int]) -> int:
+        """Resubmit ``times`` as a restart does and start with a timer that stays
+        quiet for an hour; returns the timer's first time."""
+        self.gen.resubmit(times)
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        assert self.gen.start(far) == far
+        return far
+
     def close(self) -> None:
         self.gen.stop(timeout_s=2)
         self.scheduler.stop(wait_for_jobs=False)
@@ -255,9 +263,7 @@ def test_resubmit_generates_past_times_in_order_with_their_logged_blocks() -> No
         assert h.tracker.add_block(b0)
         h.tracker.allocate_blocks_to_batch(1000)
         assert h.tracker.add_block(b1)
-        h.gen.resubmit([3000, 1000, 2000])
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL  # timer stays quiet
-        assert h.gen.start(far) == far
+        far = h.restart([3000, 1000, 2000])
         assert wait_until(lambda: len(h.completed_times()) == 3)
         assert h.generated == [1000, 2000, 3000]
         assert h.completed_times() == [1000, 2000, 3000]
@@ -283,9 +289,7 @@ def test_resubmitted_times_are_checkpointed_at_completion_only() -> None:
 
     h = Harness(checkpointer=checkpointer)
     try:
-        h.gen.resubmit([1000, 2000])
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        h.gen.start(far)
+        h.restart([1000, 2000])
         assert wait_until(lambda: len(h.completed_times()) == 2)
         assert wait_until(lambda: len(calls) == 2)
         assert calls == [(1000, False), (2000, False)]  # completion checkpoints only
@@ -305,9 +309,7 @@ def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> No
             h.tracker.allocate_blocks_to_batch(1000 * (i + 1))
         assert h.tracker.add_block(blocks[4])  # received, not allocated: the down time
         times = [1000, 2000, 3000, 4000, 5000, 6000]
-        h.gen.resubmit(times)
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL  # timer stays quiet
-        h.gen.start(far)
+        h.restart(times)
         assert wait_until(lambda: 1000 in h.seen)  # the first batch runs
         # Every time is allocated (logged) in order at once, while at most the next
         # batch is built: 5000 took the waiting block.
@@ -333,10 +335,8 @@ def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> No
 def test_a_deferred_batch_counts_its_wait_from_its_allocation() -> None:
     h = Harness(job_s=0.5)
     try:
-        h.gen.resubmit([1000, 2000, 3000])
         started = time.time() * 1000
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        h.gen.start(far)
+        h.restart([1000, 2000, 3000])
         assert wait_until(lambda: len(h.completed_times()) == 3)
         last = h.scheduler.completed[-1]
         # 3000 was generated only after 1000 finished (~0.5 s), yet it was submitted
@@ -358,9 +358,7 @@ def test_a_checkpoint_written_while_batches_are_deferred_lists_them_pending() ->
 
     h = Harness(checkpointer=checkpointer, job_s=0.2)
     try:
-        h.gen.resubmit([1000, 2000, 3000, 4000])
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        h.gen.start(far)
+        h.restart([1000, 2000, 3000, 4000])
         assert wait_until(lambda: len(pending_at) == 4)
         # At 1000's completion 3000 and 4000 were not generated yet: a crash then must
         # re-run them, so the checkpoint names them.
@@ -376,9 +374,7 @@ def test_a_graceful_stop_runs_the_deferred_batches_first() -> None:
     h = Harness()
     try:
         times = list(range(1000, 41_000, 1000))
-        h.gen.resubmit(times)
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        h.gen.start(far)
+        h.restart(times)
         assert wait_until(lambda: 1000 in h.seen)
         h.gen.stop(drain=lambda: True, timeout_s=WAIT_S)
         assert h.completed_times() == times
@@ -391,9 +387,7 @@ def test_a_graceful_stop_out_of_time_submits_every_deferred_batch() -> None:
     h = Harness(job_s=0.3)
     try:
         times = list(range(1000, 11_000, 1000))
-        h.gen.resubmit(times)
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        h.gen.start(far)
+        h.restart(times)
         assert wait_until(lambda: 1000 in h.seen)
         # 10 x 0.3 s of jobs cannot finish in 0.5 s: the stop gives up waiting, but
         # builds and submits every batch first rather than dropping the deferred ones.
@@ -413,9 +407,7 @@ def test_more_resubmitted_times_than_the_event_queue_holds_do_not_hang_the_start
     h = Harness(max_events=5)
     try:
         times = list(range(1000, 41_000, 1000))  # 40 times, a queue of 5
-        h.gen.resubmit(times)
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        started = threading.Thread(target=h.gen.start, args=(far,), daemon=True)
+        started = threading.Thread(target=h.restart, args=(times,), daemon=True)
         started.start()
         started.join(WAIT_S)
         assert not started.is_alive()
