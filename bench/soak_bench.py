@@ -210,6 +210,10 @@ def plot(soaks: Sequence[Soak], warmup_s: float, path: Path) -> bool:
     return True
 
 
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
 def memory_rows(soaks: Sequence[Soak], warmup_s: float) -> tuple[list[list[str]], list[str]]:
     """The memory table (medians over the runs) and one target line per part.
 
@@ -242,7 +246,7 @@ def jvm_lines(soaks: Sequence[Soak], warmup_s: float) -> list[str]:
         rss = Stat.of([a[0] for a in after_full])
         live = Stat.of([a[1] for a in after_full])
         lines += [f"Driver JVM after a full GC forced (`jcmd GC.run`) after the last sample "
-                  f"({len(after_full)} runs): RSS **{rss.fmt(0)} MiB**, live heap "
+                  f"({_runs(len(after_full))}): RSS **{rss.fmt(0)} MiB**, live heap "
                   f"**{live.fmt(0)} MiB** (max heap: spark.driver.memory). A JVM's RSS "
                   "follows its committed heap, which grows while garbage waits and shrinks "
                   "only after a full collection: a leak shows as live heap growing, not as "
@@ -252,7 +256,7 @@ def jvm_lines(soaks: Sequence[Soak], warmup_s: float) -> list[str]:
     if heap:
         lines += [f"Driver JVM heap after a collection (from its GC log, switched on with "
                   f"`jcmd VM.log` at the first sample; the lowest figure a GC pause left in "
-                  f"each minute, a ceiling on the live heap; {len(heap)} runs): "
+                  f"each minute, a ceiling on the live heap; {_runs(len(heap))}): "
                   f"**{Stat.of([h[0] for h in heap]).fmt(0)} MiB** in the first minute after "
                   f"warm-up, **{Stat.of([h[1] for h in heap]).fmt(0)} MiB** at the end "
                   f"({Stat.of([h[2] * 100 for h in heap]).fmt(1)}%). Not a target line: the "
@@ -281,7 +285,7 @@ def recovery_lines(soaks: Sequence[Soak], minutes: float) -> list[str]:
         f"**{first.fmt()} s** after the restart command"
         + (f", caught up after **{Stat.of(caught).fmt()} s**" if caught else
            ", never caught up within the timeout")
-        + f" ({len(recs)} runs; batches re-run: "
+        + f" ({_runs(len(recs))}; batches re-run: "
         f"{', '.join(str(r.batches_rerun) for r in recs)}). {notes} Compare with the same "
         "backlog after one minute in [RESULTS-recovery.md](RESULTS-recovery.md).", ""]
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
+from driver.durations import conf_time_ms
 from driver.job_generator import Checkpointer, JobGenerator
 from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus, StreamingListener, event
@@ -86,13 +87,7 @@ class EngineConfig:
         """Spark's streaming conf names (spark.streaming.*) mapped onto the engine."""
         def ms(key: str, default: int) -> int:
             raw = conf.get(key)
-            if raw is None:
-                return default
-            raw = raw.strip().lower()
-            for suffix, mult in (("ms", 1), ("s", 1000), ("m", 60_000)):
-                if raw.endswith(suffix) and raw[: -len(suffix)].isdigit():
-                    return int(raw[: -len(suffix)]) * mult
-            return int(raw)
+            return default if raw is None else conf_time_ms(raw, key, bare_unit_ms=1)
 
         kw.setdefault("concurrent_jobs", int(conf.get("spark.streaming.concurrentJobs", 1)))
         kw.setdefault("block_interval_ms", ms("spark.streaming.blockInterval", 200))

@@ -13,6 +13,7 @@ from typing import Any
 from receiver.block import SourceRange
 from receiver.block_info import BLOCK_INFO_SCHEMA, ReceivedBlockInfo
 from walstream.avro_codec import VersionedCodec
+from walstream.errors import CorruptDataError
 
 _STREAM_BLOCKS = {
     "type": "record",
@@ -107,6 +108,8 @@ def decode_event(data: bytes) -> TrackerEvent:
     _, d = EVENT_CODEC.decode(data)
     kind = d["kind"]
     if kind == "BLOCK_ADDITION":
+        if d["block"] is None:  # the schema allows it; a BlockAddition never has none
+            raise CorruptDataError("tracker event: a BlockAddition without its block")
         return BlockAddition(ReceivedBlockInfo.from_dict(d["block"]))
     if kind == "BATCH_ALLOCATION":
         return BatchAllocation(

@@ -6,6 +6,8 @@ An event loop (one thread, bounded queue) handles, as Spark's does:
   (1) allocate the received blocks to ``t`` in the tracker (logged first, so a
   re-run of ``t`` after a crash gets the same blocks); (2) ask the graph for the
   batch's jobs; (3) hand them to the JobScheduler; (4) post ``DoCheckpoint(t)``.
+  Steps 2-4 wait while a generated batch is still waiting to start (at most
+  ``LOOKAHEAD`` ahead of the running one; see below); step 1 never waits.
 * ``BatchCompleted(t)``, when all jobs of ``t`` finished: checkpoint again (now
   that ``t`` is done), and only after that checkpoint is durable clean the
   tracker's batches and the WALs older than what the graph must remember
@@ -13,6 +15,19 @@ An event loop (one thread, bounded queue) handles, as Spark's does:
 
 A failed allocation write leaves the blocks queued for the next batch; the
 batch runs with what it was given (nothing).
+
+Why jobs are generated at most ``LOOKAHEAD`` batches ahead (Spark generates every
+batch at its time): building a batch's jobs costs the Python driver ~30 ms of
+Py4J calls. A restart resubmits every pending batch at once (100 of them after a
+backlog of 1,000 blocks), and generating them all then took ~3 s of the driver
+and the JVM while the first recovered batch was running on the same cores. The
+allocation (step 1) still happens in time order at once, so each batch holds the
+blocks it would have held; the deferred batches are listed as pending by
+:meth:`pending_times` (the checkpoint's pending list), and their allocations are
+logged, so a crash before they are generated re-runs them (the restart resubmits
+a logged allocation whatever the down-time policy). A batch's submission time is
+that of its allocation, so scheduling delay (and the rate controller fed by it)
+still counts the wait.
 
 The event queue is bounded. A full queue blocks the poster (the timer, or the
 scheduler reporting a completion) until the loop catches up: that is the
@@ -27,6 +42,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +55,15 @@ from driver.recurring_timer import RecurringTimer
 log = logging.getLogger(__name__)
 
 GenerateJobs = Callable[[int], list[Job]]
+#: Batches generated ahead of the running one (submitted, not started); more wait as
+#: allocated times until one starts.
+LOOKAHEAD = 1
+#: How often the loop looks whether a deferred batch may be generated (the next one
+#: is generated while the current one runs, so this adds no delay while busy).
+DEFER_POLL_S = 0.02
+#: After a graceful stop's timeout, how long building the batches still deferred may
+#: take (each ~30 ms of Py4J calls).
+LAST_FLUSH_S = 60.0
 Checkpointer = Callable[[int, Callable[[], None] | None], None]
 
 
@@ -64,19 +89,35 @@ class JobGenerator:
         self._timer = RecurringTimer(batch_interval_ms, self._on_tick, "job-generator-timer")
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue(max_events)
         self._loop = threading.Thread(target=self._run, name="job-generator", daemon=True)
+        self._resubmitted: list[int] = []
         self.last_generated_ms: int | None = None
+        self.last_allocated_ms: int | None = None  # both under self._generated
         self._generated = threading.Condition()
         self._stopping = threading.Event()
+        # Allocated batches whose jobs are not generated yet: (time, checkpoint after
+        # generating, allocation wall ms), in time order. Only the loop thread
+        # changes it; the lock is for readers on other threads.
+        self._deferred: deque[tuple[int, bool, int]] = deque()
+        self._deferred_lock = threading.Lock()
+        self._on_drained: list[Callable[[], None]] = []
+        self._build_all = threading.Event()  # a graceful stop out of time: no lookahead
 
     def start(self, first_time_ms: int | None = None) -> int:
-        """Start the loop and the timer; returns the first batch time."""
+        """Start the loop, queue the resubmitted times, then start the timer (so a
+        restart's first new batch follows every resubmitted one); returns the first
+        batch time."""
         self._loop.start()
+        # Posted with the loop running: more resubmitted times than the event queue
+        # holds (hours of down time under the "all" policy) wait for it, not forever.
+        for t in self._resubmitted:
+            self._post("regenerate", t)
+        self._resubmitted = []
         return self._timer.start(first_time_ms)
 
     def resubmit(self, times: list[int]) -> None:
-        """Generate jobs for times missed or pending before a restart (in order)."""
-        for t in sorted(times):
-            self._post("regenerate", t)
+        """Generate jobs for times missed or pending before a restart (in order);
+        call before :meth:`start`."""
+        self._resubmitted = sorted({*self._resubmitted, *times})
 
     def _on_tick(self, t: int) -> None:
         self._post("generate", t)
@@ -103,24 +144,40 @@ class JobGenerator:
         """Wire this to JobScheduler(on_batch_completed=...)."""
         self._post("completed", info.batch_time_ms)
 
+    def pending_times(self) -> list[int]:
+        """Batches allocated or submitted and not completed: the checkpoint's pending
+        list (the scheduler's running batches plus the deferred ones)."""
+        with self._deferred_lock:
+            deferred = [t for t, _, _ in self._deferred]
+        return sorted(set(self.scheduler.pending_times()) | set(deferred))
+
     def _run(self) -> None:
         while True:
-            kind, payload = self._events.get()
+            self._generate_ready()
+            try:
+                kind, payload = self._events.get(
+                    timeout=DEFER_POLL_S if self._deferred else None)
+            except queue.Empty:
+                continue
             try:
                 if kind == "stop":
                     return
                 if kind == "generate":
-                    self._generate(payload)
+                    self._allocate(payload, checkpoint=True)
                 elif kind == "regenerate":
-                    self._generate(payload, checkpoint=False)
+                    self._allocate(payload, checkpoint=False)
                 elif kind == "completed":
                     self._completed(payload)
                 elif kind == "call":
                     payload()
+                elif kind == "when_drained":
+                    self._on_drained.append(payload)
             except Exception:
                 log.exception("job generator: %s %s failed", kind, payload)
 
-    def _generate(self, t: int, checkpoint: bool = True) -> None:
+    def _allocate(self, t: int, checkpoint: bool) -> None:
+        """Step 1, in time order and at once: the batch's blocks are fixed (logged) now;
+        its jobs follow when :meth:`_generate_ready` gets to it."""
         if self.before_allocate is not None:
             # Driver-side inputs (direct Kafka streams) log what batch t will read.
             self.before_allocate(t)
@@ -128,6 +185,31 @@ class JobGenerator:
             self.tracker.allocate_blocks_to_batch(t)  # logged before it takes effect
         except TrackerWriteError as exc:
             log.error("batch %d: %s", t, exc)
+        with self._deferred_lock:
+            self._deferred.append((t, checkpoint, int(time.time() * 1000)))
+        with self._generated:
+            self.last_allocated_ms = t
+            self._generated.notify_all()
+
+    def _generate_ready(self) -> None:
+        """Steps 2-4 for deferred batches, oldest first, while fewer than ``LOOKAHEAD``
+        generated batches wait to start; then run what waited for none to be left."""
+        while self._deferred and (self._build_all.is_set()
+                                  or self.scheduler.waiting_count() < LOOKAHEAD):
+            t, checkpoint, allocated_ms = self._deferred[0]
+            try:
+                self._generate(t, checkpoint, allocated_ms)
+            except Exception:
+                log.exception("job generator: batch %s failed", t)
+            finally:
+                # Only now: a checkpoint written while generating t lists it as pending.
+                with self._deferred_lock:
+                    self._deferred.popleft()
+        if not self._deferred:
+            while self._on_drained:
+                self._on_drained.pop(0)()
+
+    def _generate(self, t: int, checkpoint: bool, allocated_ms: int) -> None:
         blocks = self.tracker.get_blocks_of_batch(t)
         records = {s: sum(b.num_records for b in bs) for s, bs in blocks.items()}
         try:
@@ -137,7 +219,7 @@ class JobGenerator:
             # line alone would let the batch's blocks go by unprocessed, silently).
             self.scheduler.report_error(f"Error generating jobs for time {t}", exc)
             return
-        self.scheduler.submit_job_set(jobs, t, records)
+        self.scheduler.submit_job_set(jobs, t, records, submitted_ms=allocated_ms)
         if checkpoint and self.checkpointer is not None:
             # A resubmitted time skips this checkpoint: the restored checkpoint already
             # makes it re-run (pending, or after its time), and every later checkpoint
@@ -157,11 +239,17 @@ class JobGenerator:
         elif cleanup is not None:
             cleanup(t)
 
-    def wait_for_batch_after(self, t: int | None, timeout_s: float) -> bool:
-        """Wait until a batch later than ``t`` was generated."""
+    def wait_for_batch_after(self, t: int | None, timeout_s: float,
+                             allocated: bool = False) -> bool:
+        """Wait until a batch later than ``t`` was generated (``allocated``: was
+        allocated, its jobs maybe not built yet)."""
         deadline = time.monotonic() + timeout_s
+
+        def last() -> int | None:
+            return self.last_allocated_ms if allocated else self.last_generated_ms
+
         with self._generated:
-            while self.last_generated_ms is None or (t is not None and self.last_generated_ms <= t):
+            while (latest := last()) is None or (t is not None and latest <= t):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -179,18 +267,31 @@ class JobGenerator:
         if drain is not None:
             while not drain() and time.monotonic() < deadline:
                 time.sleep(self.batch_interval_ms / 1000 / 4)
-            self.wait_for_batch_after(self.last_generated_ms, max(0.0, deadline - time.monotonic()))
+            # One more batch time allocated after the drain held takes what came in
+            # meanwhile; its jobs may be built later (deferred), which the flush below
+            # waits for.
+            self.wait_for_batch_after(self.last_allocated_ms,
+                                      max(0.0, deadline - time.monotonic()), allocated=True)
         if drain is None:
             self._stopping.set()  # a timer blocked on a full queue gives up its tick
         next_time = self._timer.stop()
         if drain is not None:
             # Graceful, as Spark's stop(processAllReceivedData = true): let the batches
-            # generated so far finish, so that their completion (checkpoint, then
+            # allocated so far finish, so that their completion (checkpoint, then
             # cleanup) is handled before the loop ends. First let the loop submit what
-            # it has queued, then wait for the scheduler (it queues "completed" events).
+            # it has queued and deferred, then wait for the scheduler (it queues
+            # "completed" events).
             flushed = threading.Event()
-            self._post("call", flushed.set)
-            flushed.wait(max(0.0, deadline - time.monotonic()))
+            self._post("when_drained", flushed.set)
+            if not flushed.wait(max(0.0, deadline - time.monotonic())):
+                # Out of time: build and submit every batch still deferred at once, so
+                # none is dropped (the scheduler's own stop then waits for its jobs).
+                with self._deferred_lock:
+                    left = [t for t, _, _ in self._deferred]
+                log.warning("graceful stop timed out with %d batches not started (%s); "
+                            "submitting them all now", len(left), left[:5])
+                self._build_all.set()
+                flushed.wait(LAST_FLUSH_S)
             self.scheduler.wait_idle(max(0.0, deadline - time.monotonic()))
         self._post("stop", None)
         self._loop.join(max(0.1, deadline - time.monotonic()))

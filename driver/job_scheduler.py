@@ -88,8 +88,12 @@ class JobScheduler:
         self._stopped = False
 
     def submit_job_set(self, jobs: list[Job], time_ms: int,
-                       records_per_stream: dict[int, int]) -> None:
-        info = BatchInfo(time_ms, dict(records_per_stream), now_ms())
+                       records_per_stream: dict[int, int],
+                       submitted_ms: int | None = None) -> None:
+        """Run ``jobs`` as batch ``time_ms``; ``submitted_ms`` (default now) is its
+        submission time in the batch info, from which scheduling delay counts."""
+        info = BatchInfo(time_ms, dict(records_per_stream),
+                         now_ms() if submitted_ms is None else submitted_ms)
         for job in jobs:
             info.output_operations[job.output_op_id] = OutputOperationInfo(
                 time_ms, job.output_op_id, job.name, job.description)
@@ -168,6 +172,12 @@ class JobScheduler:
     def pending_times(self) -> list[int]:
         with self._lock:
             return sorted(self._running)
+
+    def waiting_count(self) -> int:
+        """Batches submitted whose first job has not started yet."""
+        with self._lock:
+            return sum(1 for js in self._running.values()
+                       if js.info.processing_start_time_ms is None)
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no job set is running and every completion callback returned."""

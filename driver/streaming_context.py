@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from pyspark.storagelevel import StorageLevel
 
+from driver.driver_gc import PeriodicDriverGC
 from driver.dstream import DStream
 from driver.durations import to_ms
 from driver.engine import EngineConfig, StreamingEngine
@@ -80,6 +81,7 @@ class StreamingContext:
         self._checkpoint_dir: str | None = None
         self._state = "initialized"
         self._engine: StreamingEngine | None = None
+        self._driver_gc: PeriodicDriverGC | None = None
         self._listeners: list[StreamingListener] = []
         self._receiver_count = 0
         self._recovered: Any = None  # CheckpointData when getOrCreate found a checkpoint
@@ -217,6 +219,7 @@ class StreamingContext:
                 resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"),
                                              self._engine.tracker.allocated_batch_times())
             self._engine.start(first, resubmit=resubmit)
+            self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)
             self._state = "active"
             StreamingContext._active = self
 
@@ -231,7 +234,7 @@ class StreamingContext:
         engine = self._engine
         if engine is None or self._checkpoint_writer is None:
             return
-        pending = engine.scheduler.pending_times()
+        pending = engine.generator.pending_times()
         if on_done is None and t not in pending:
             pending.append(t)  # generated, maybe not yet submitted
         data = build_checkpoint(self, t, pending)
@@ -264,6 +267,8 @@ class StreamingContext:
             if self._state == "stopped":
                 return
             try:
+                if self._driver_gc is not None:
+                    self._driver_gc.stop()
                 if self._engine is not None:
                     self._engine.stop(graceful=stopGraceFully)
                 if self._checkpoint_writer is not None:

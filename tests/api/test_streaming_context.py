@@ -50,6 +50,29 @@ def test_stop_multiple_times(ssc: StreamingContext) -> None:
     assert StreamingContext.getActive() is None
 
 
+def test_a_started_context_runs_the_driver_gc_and_stop_ends_it(
+        sc: Any, ssc: StreamingContext) -> None:
+    _add_input_stream(ssc)
+    ssc.start()
+    gc = ssc._driver_gc
+    assert gc is not None and gc.interval_s == 300.0  # the default: 5min
+    ssc.stop(False)
+    assert not gc._thread.is_alive()
+
+
+def test_the_driver_gc_request_reaches_the_real_jvm(sc: Any) -> None:
+    from driver.driver_gc import PeriodicDriverGC
+
+    gc = PeriodicDriverGC(sc, interval_s=0.05)
+    gc._thread.start()
+    deadline = time.monotonic() + 30
+    while gc.collections < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gc.stop()
+    assert gc.collections >= 2 and gc.last_pause_s is not None
+    assert sc.parallelize([1, 2]).count() == 2  # the context is unharmed
+
+
 def test_stop_before_start(sc: Any, ssc: StreamingContext) -> None:
     _add_input_stream(ssc)
     ssc.stop(False)

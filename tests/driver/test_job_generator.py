@@ -56,7 +56,7 @@ class Harness:
     def __init__(self, cleanup: bool = True,
                  checkpointer: Callable[[int, Callable[[], None] | None], None] | None = None,
                  generate: Callable[[int], list[Job]] | None = None,
-                 job_s: float = 0.0) -> None:
+                 job_s: float = 0.0, max_events: int = 10_000) -> None:
         self.job_s = job_s
         self.wal = MemoryWriteAheadLog()
         self.tracker = ReceivedBlockTracker([0, 1], self.wal)
@@ -69,7 +69,7 @@ class Harness:
                                       on_batch_completed=lambda i: self.gen.on_batch_completed(i))
         self.gen = JobGenerator(self.tracker, INTERVAL, generate or self.generate_jobs,
                                 self.scheduler, cleanup=self.cleanup if cleanup else None,
-                                checkpointer=checkpointer)
+                                checkpointer=checkpointer, max_events=max_events)
 
     def generate_jobs(self, t: int) -> list[Job]:
         with self.lock:
@@ -96,6 +96,14 @@ class Harness:
     def batch_with(self, block_id: str) -> int | None:
         with self.lock:
             return next((t for t, s in sorted(self.seen.items()) if block_id in s), None)
+
+    def restart(self, times: list[int]) -> int:
+        """Resubmit ``times`` as a restart does and start with a timer that stays
+        quiet for an hour; returns the timer's first time."""
+        self.gen.resubmit(times)
+        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
+        assert self.gen.start(far) == far
+        return far
 
     def close(self) -> None:
         self.gen.stop(timeout_s=2)
@@ -255,9 +263,7 @@ def test_resubmit_generates_past_times_in_order_with_their_logged_blocks() -> No
         assert h.tracker.add_block(b0)
         h.tracker.allocate_blocks_to_batch(1000)
         assert h.tracker.add_block(b1)
-        h.gen.resubmit([3000, 1000, 2000])
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL  # timer stays quiet
-        assert h.gen.start(far) == far
+        far = h.restart([3000, 1000, 2000])
         assert wait_until(lambda: len(h.completed_times()) == 3)
         assert h.generated == [1000, 2000, 3000]
         assert h.completed_times() == [1000, 2000, 3000]
@@ -283,13 +289,129 @@ def test_resubmitted_times_are_checkpointed_at_completion_only() -> None:
 
     h = Harness(checkpointer=checkpointer)
     try:
-        h.gen.resubmit([1000, 2000])
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        h.gen.start(far)
+        h.restart([1000, 2000])
         assert wait_until(lambda: len(h.completed_times()) == 2)
         assert wait_until(lambda: len(calls) == 2)
         assert calls == [(1000, False), (2000, False)]  # completion checkpoints only
         assert h.cleaned == [1000, 2000]
+    finally:
+        h.close()
+
+
+def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> None:
+    # Generating all resubmitted batches at once competed with the first recovered
+    # batch for the driver; now only the next one is generated while one runs.
+    h = Harness(job_s=0.5)
+    try:
+        blocks = [block(0, 1) for _ in range(5)]
+        for i, b in enumerate(blocks[:4]):  # four batches allocated before the crash
+            assert h.tracker.add_block(b)
+            h.tracker.allocate_blocks_to_batch(1000 * (i + 1))
+        assert h.tracker.add_block(blocks[4])  # received, not allocated: the down time
+        times = [1000, 2000, 3000, 4000, 5000, 6000]
+        h.restart(times)
+        assert wait_until(lambda: 1000 in h.seen)  # the first batch runs
+        # Every time is allocated (logged) in order at once, while at most the next
+        # batch is built: 5000 took the waiting block.
+        assert wait_until(lambda: h.tracker.allocated_batch_times() == times)
+        with h.lock:
+            assert h.generated in ([1000], [1000, 2000])
+        assert ids(h.tracker.get_blocks_of_batch(5000)) == {blocks[4].block_id}
+        # While 1000 runs (0.5 s) 2000 is built, and no more; the checkpoint's pending
+        # list still holds every batch not completed.
+        assert wait_until(lambda: h.generated == [1000, 2000])
+        time.sleep(0.1)
+        with h.lock:
+            assert h.generated == [1000, 2000] and 1000 not in h.completed_times()
+        assert h.gen.pending_times() == times
+        assert wait_until(lambda: len(h.completed_times()) == 6)
+        assert h.generated == times and h.completed_times() == times
+        assert [h.seen[t] for t in times] == [{b.block_id} for b in blocks] + [set()]
+        assert h.gen.pending_times() == []
+    finally:
+        h.close()
+
+
+def test_a_deferred_batch_counts_its_wait_from_its_allocation() -> None:
+    h = Harness(job_s=0.5)
+    try:
+        started = time.time() * 1000
+        h.restart([1000, 2000, 3000])
+        assert wait_until(lambda: len(h.completed_times()) == 3)
+        last = h.scheduler.completed[-1]
+        # 3000 was generated only after 1000 finished (~0.5 s), yet it was submitted
+        # (allocated) at the restart, so its scheduling delay shows the ~1 s it waited.
+        assert last.submission_time_ms < started + 400
+        assert last.schedulingDelay() >= 800
+    finally:
+        h.close()
+
+
+def test_a_checkpoint_written_while_batches_are_deferred_lists_them_pending() -> None:
+    pending_at: dict[int, list[int]] = {}
+    h: Harness
+
+    def checkpointer(t: int, on_done: Callable[[], None] | None) -> None:
+        if on_done is not None:
+            pending_at[t] = h.gen.pending_times()
+            on_done()
+
+    h = Harness(checkpointer=checkpointer, job_s=0.2)
+    try:
+        h.restart([1000, 2000, 3000, 4000])
+        assert wait_until(lambda: len(pending_at) == 4)
+        # At 1000's completion 3000 and 4000 were not generated yet: a crash then must
+        # re-run them, so the checkpoint names them.
+        assert pending_at[1000] == [2000, 3000, 4000]
+        assert pending_at[4000] == []
+    finally:
+        h.close()
+
+
+def test_a_graceful_stop_runs_the_deferred_batches_first() -> None:
+    # Quick jobs: the scheduler is idle for a moment between two batches while the
+    # generator still holds deferred ones; the stop must wait for those, not for idle.
+    h = Harness()
+    try:
+        times = list(range(1000, 41_000, 1000))
+        h.restart(times)
+        assert wait_until(lambda: 1000 in h.seen)
+        h.gen.stop(drain=lambda: True, timeout_s=WAIT_S)
+        assert h.completed_times() == times
+        assert h.cleaned == times
+    finally:
+        h.close()
+
+
+def test_a_graceful_stop_out_of_time_submits_every_deferred_batch() -> None:
+    h = Harness(job_s=0.3)
+    try:
+        times = list(range(1000, 11_000, 1000))
+        h.restart(times)
+        assert wait_until(lambda: 1000 in h.seen)
+        # 10 x 0.3 s of jobs cannot finish in 0.5 s: the stop gives up waiting, but
+        # builds and submits every batch first rather than dropping the deferred ones.
+        stop_started = time.monotonic()
+        h.gen.stop(drain=lambda: True, timeout_s=0.5)
+        # Bounded: not the ~2.7 s the rest of the jobs take one after another.
+        assert time.monotonic() - stop_started < 2.0
+        with h.lock:
+            assert h.generated == times
+        assert h.scheduler.pending_times() == [t for t in times if t not in
+                                               h.completed_times()]
+    finally:
+        h.close()
+
+
+def test_more_resubmitted_times_than_the_event_queue_holds_do_not_hang_the_start() -> None:
+    h = Harness(max_events=5)
+    try:
+        times = list(range(1000, 41_000, 1000))  # 40 times, a queue of 5
+        started = threading.Thread(target=h.restart, args=(times,), daemon=True)
+        started.start()
+        started.join(WAIT_S)
+        assert not started.is_alive()
+        assert wait_until(lambda: h.completed_times() == times)
     finally:
         h.close()
 

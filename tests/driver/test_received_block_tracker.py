@@ -8,11 +8,18 @@ from collections.abc import Callable
 import pytest
 
 from driver.errors import TrackerWriteError
-from driver.events import BatchAllocation, BlockAddition, decode_event, encode_event
+from driver.events import (
+    EVENT_CODEC,
+    BatchAllocation,
+    BlockAddition,
+    decode_event,
+    encode_event,
+)
 from driver.received_block_tracker import ReceivedBlockTracker
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from walstream.errors import CorruptDataError
 from walstream.testing.memory_wal import MemoryWriteAheadLog
 
 _ids = itertools.count()
@@ -200,6 +207,17 @@ def test_corrupt_events_are_skipped_and_counted() -> None:
     recovered = tracker_over(MemoryWriteAheadLog(wal.records))
     assert recovered.corrupt_events == 1
     assert recovered.get_unallocated_blocks(0) == [b]
+
+
+def test_a_block_addition_without_its_block_is_a_corrupt_event() -> None:
+    # The v1 schema makes the block optional (one record type for all three
+    # events); such an event raised a bare TypeError from from_dict before.
+    data = EVENT_CODEC.encode({"kind": "BLOCK_ADDITION", "block": None, "batch_time_ms": -1,
+                               "allocated": [], "cleanup_times_ms": []})
+    with pytest.raises(CorruptDataError, match="without its block"):
+        decode_event(data)
+    wal = MemoryWriteAheadLog([(data, 1)])
+    assert tracker_over(wal).corrupt_events == 1
 
 
 def test_replay_from_the_kafka_wal_in_a_new_instance(

@@ -67,7 +67,6 @@ def main() -> None:
         for info in tracker.get_blocks_of_batch_and_stream(t, 0):
             Block.decode(receiver_wal.read(info.handle))  # the batch's "output"
 
-    pending: set[int] = set()  # batch times generated and not completed
     writer = CheckpointWriter(args.checkpoint_dir) if args.checkpoint_dir else None
 
     def checkpointer(t: int, on_done: Any) -> None:
@@ -75,17 +74,12 @@ def main() -> None:
         writer.write(CheckpointData(
             checkpoint_time_ms=t, written_wall_ms=int(time.time() * 1000), app_id=args.app,
             batch_ms=args.batch_ms, zero_time_ms=0, fingerprint="crash-driver",
-            graph_shape=("receiver",), pending_times_ms=tuple(sorted(pending))), on_done)
+            graph_shape=("receiver",), pending_times_ms=tuple(jobs.pending_times())), on_done)
 
     def generate(t: int) -> list[Job]:
-        pending.add(t)
         return [Job(t, 0, "read", lambda: run_batch(t))]
 
-    def completed(info: Any) -> None:
-        pending.discard(info.batch_time_ms)
-        jobs.on_batch_completed(info)
-
-    scheduler = JobScheduler(on_batch_completed=completed)
+    scheduler = JobScheduler(on_batch_completed=lambda info: jobs.on_batch_completed(info))
     jobs = JobGenerator(tracker, args.batch_ms, generate, scheduler,
                         cleanup=lambda t: tracker.cleanup_old_batches(t - 2 * args.batch_ms,
                                                                       True),
