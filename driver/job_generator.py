@@ -91,8 +91,8 @@ class JobGenerator:
         self._loop = threading.Thread(target=self._run, name="job-generator", daemon=True)
         self._resubmitted: list[int] = []
         self.last_generated_ms: int | None = None
-        self.last_allocated_ms: int | None = None  # both under self._generated
-        self._generated = threading.Condition()
+        self.last_allocated_ms: int | None = None  # under self._allocated
+        self._allocated = threading.Condition()
         self._stopping = threading.Event()
         # Allocated batches whose jobs are not generated yet: (time, checkpoint after
         # generating, allocation wall ms), in time order. Only the loop thread
@@ -168,8 +168,6 @@ class JobGenerator:
                     self._allocate(payload, checkpoint=False)
                 elif kind == "completed":
                     self._completed(payload)
-                elif kind == "call":
-                    payload()
                 elif kind == "when_drained":
                     self._on_drained.append(payload)
             except Exception:
@@ -187,9 +185,9 @@ class JobGenerator:
             log.error("batch %d: %s", t, exc)
         with self._deferred_lock:
             self._deferred.append((t, checkpoint, int(time.time() * 1000)))
-        with self._generated:
+        with self._allocated:
             self.last_allocated_ms = t
-            self._generated.notify_all()
+            self._allocated.notify_all()
 
     def _generate_ready(self) -> None:
         """Steps 2-4 for deferred batches, oldest first, while fewer than ``LOOKAHEAD``
@@ -226,9 +224,7 @@ class JobGenerator:
             # is written after t was submitted, so lists it as pending until it
             # completes. Writing ~100 of them at once slowed the first recovered batch.
             self.checkpointer(t, None)
-        with self._generated:
-            self.last_generated_ms = t
-            self._generated.notify_all()
+        self.last_generated_ms = t
 
     def _completed(self, t: int) -> None:
         cleanup = self.cleanup
@@ -239,21 +235,16 @@ class JobGenerator:
         elif cleanup is not None:
             cleanup(t)
 
-    def wait_for_batch_after(self, t: int | None, timeout_s: float,
-                             allocated: bool = False) -> bool:
-        """Wait until a batch later than ``t`` was generated (``allocated``: was
-        allocated, its jobs maybe not built yet)."""
+    def _wait_for_allocation_after(self, t: int | None, timeout_s: float) -> bool:
+        """Wait until a batch later than ``t`` was allocated (its jobs maybe not built)."""
         deadline = time.monotonic() + timeout_s
-
-        def last() -> int | None:
-            return self.last_allocated_ms if allocated else self.last_generated_ms
-
-        with self._generated:
-            while (latest := last()) is None or (t is not None and latest <= t):
+        with self._allocated:
+            while self.last_allocated_ms is None or (t is not None and
+                                                     self.last_allocated_ms <= t):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._generated.wait(left)
+                self._allocated.wait(left)
         return True
 
     def stop(self, drain: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> int:
@@ -270,8 +261,8 @@ class JobGenerator:
             # One more batch time allocated after the drain held takes what came in
             # meanwhile; its jobs may be built later (deferred), which the flush below
             # waits for.
-            self.wait_for_batch_after(self.last_allocated_ms,
-                                      max(0.0, deadline - time.monotonic()), allocated=True)
+            self._wait_for_allocation_after(self.last_allocated_ms,
+                                            max(0.0, deadline - time.monotonic()))
         if drain is None:
             self._stopping.set()  # a timer blocked on a full queue gives up its tick
         next_time = self._timer.stop()
