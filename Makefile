@@ -54,7 +54,7 @@ bench: setup
 		--runs 3 --restart-timeout 150 --out bench/RESULTS-recovery-large.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 100000 --receivers 10 \
 		--runs 1 --restart-timeout 240 --out bench/RESULTS-recovery-huge.md
-	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 \
+	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
 		--history-s 1800 --out bench/RESULTS-recovery-history.md
 	$(BIN)/python -m bench.soak_bench --size full
 	$(BIN)/python -m bench.report

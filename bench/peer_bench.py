@@ -134,6 +134,19 @@ class LineServer:
                 self.reconnects += 1
                 self._idle.append(conn)
 
+    def serve_newest(self, timeout_s: float) -> None:
+        """Serve the newest connection from now on (a restarted receiver's), waiting
+        up to ``timeout_s`` for one; the old connection is closed."""
+        deadline = time.monotonic() + timeout_s
+        while not self._idle:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no receiver reconnected in {timeout_s:.0f} s")
+            time.sleep(0.2)
+        old, self._conn = self._conn, self._idle.pop()
+        if old is not None:
+            with contextlib.suppress(OSError):
+                old.close()
+
     def run_phase(self, phase: Phase, seconds: float) -> None:
         assert self._conn is not None
         phase.start = time.time()

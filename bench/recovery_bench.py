@@ -9,7 +9,7 @@ Usage (from the repo root)::
 one minute of history, one receiver); 10^4 blocks (3 runs) and 10^5 blocks (1 run)
 with ``--receivers 10`` (ten socket streams: the backlog phase cuts ten blocks per
 interval, so 10^5 blocks take 17 minutes of input per system instead of 2.8 hours);
-and 10^3 blocks after 30 minutes of history (``--history-s 1800``,
+and 10^3 blocks after 30 minutes of history (``--history-s 1800 --kills 3``,
 RESULTS-recovery-history.md: recovery against run length). Each run's figures also
 go to a .json beside the results file; ``bench.report`` sets the short and the long
 history side by side from them and plots every backlog in one figure.
@@ -38,6 +38,10 @@ TCP line server per receiver. One measurement:
    process completes: the recovery proper) and **caught up** (the first
    completed batch whose time is after the restart command: every batch of the
    backlog is done).
+5. **Again (``--kills K``).** The server feeds the restarted app's receiver,
+   which runs ``SETTLE_S`` at ``RATE`` after it caught up; then steps 2-4 again,
+   K kills in all. Each kill is one measurement, its history the run so far: the
+   30-minute history costs its 30 minutes once for K figures, not K times.
 
 The backlog in blocks is, for both, the number of block intervals (each with
 data, so each one block) from the last completed batch to the kill, plus the other
@@ -52,57 +56,44 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    Stat,
     bench_broker,
     bench_parser,
     exit_on_sigterm,
-    finish_plot,
     log,
     machine_info,
-    md_facts,
-    md_table,
-    pyplot,
-    with_gaps,
     write_results,
 )
-from bench.peer_bench import ROOT, App, LineServer, Phase, _label, _wait_connected
-from bench.recovery_runs import Earlier, IncomparableRunsError, load_earlier, sessions_line
+from bench.peer_bench import ROOT, App, LineServer, Phase, _wait_connected
+from bench.recovery_render import plot, plot_kill, render
+from bench.recovery_runs import (
+    BLOCK_MS,
+    RATE,
+    SETTLE_S,
+    Cell,
+    IncomparableRunsError,
+    Recovery,
+    app_master,
+    cells_json,
+    compared,
+    load_earlier,
+    prefill,
+)
 
-BLOCK_MS = 100
-RATE = 2000.0  # lines/s: 200 lines per block, a tenth of both systems' ceiling
 SIZES: dict[str, dict[str, Any]] = {
     "small": dict(backlogs=[100, 1000], history_s=20.0, runs=1),
     "full": dict(backlogs=[100, 1000], history_s=60.0, runs=3),
 }
 RESTART_TIMEOUT_S = 600.0
-
-
-@dataclass
-class Recovery:
-    impl: str
-    backlog_target: int
-    history_s: float
-    nominal_blocks: int = 0  # block intervals from the last completed batch to the kill
-    exact_blocks: int | None = None  # from the tracker state (ours only)
-    backlog_lines: int = 0
-    first_batch_s: float = float("nan")
-    caught_up_s: float = float("nan")
-    batches_rerun: int = 0
-    note: str = ""
-    kill_wall: float = 0.0  # time.time() of the SIGKILL
-    restart_wall: float = 0.0  # time.time() of the restart command
-    timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall, words) per batch
 
 
 def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
@@ -120,28 +111,6 @@ def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
 History = Callable[[App, LineServer], None]
 
 
-def _jvm_line() -> str:
-    """How each side's driver JVM starts: (b) maps walstream's class archive when
-    one exists (walstream/jvm_archive.py); (a) starts as Spark ships it."""
-    from walstream.jvm_archive import ENV_SWITCH, switched_off, usable_archive
-
-    path = None if switched_off() else usable_archive()
-    if switched_off():
-        ours = f"class archive switched off ({ENV_SWITCH}=off)"
-    elif path is None:
-        ours = "no class archive (none written)"
-    else:
-        ours = (f"maps the class archive `{path.name}` ({path.stat().st_size / 2**20:.0f} "
-                "MiB, `walstream jvm-archive`)")
-    return f"(a) as Spark ships it; (b) {ours}"
-
-
-def app_master(receivers: int) -> str:
-    """Both apps' master, on first start and on restart: two task slots beside the
-    receivers (``local[3]`` with one)."""
-    return f"local[{receivers + 2}]"
-
-
 def _send_all(servers: list[LineServer], rate: float, seconds: float) -> int:
     """``rate`` lines/s split evenly over ``servers`` for ``seconds``; lines sent."""
     phases = [Phase(rate / len(servers)) for _ in servers]
@@ -157,47 +126,95 @@ def _send_all(servers: list[LineServer], rate: float, seconds: float) -> int:
 def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
             history_s: float, history: History | None = None,
             restart_timeout_s: float = RESTART_TIMEOUT_S,
-            block_ms: int = BLOCK_MS, receivers: int = 1) -> Recovery:
-    """Steps 1-4 of the module docstring; ``history`` replaces step 1 (the soak's run).
-    ``restart_timeout_s`` bounds the wait for the restarted app to catch up;
-    ``block_ms`` is the block interval. With ``receivers`` > 1 the app unions that
-    many socket streams on ``local[receivers + 2]`` (two task slots beside the
-    receivers, as ``local[3]`` leaves one receiver): the history feeds the first
-    only, the backlog all of them (``receivers`` blocks per interval, so the
-    backlog phase lasts ``backlog x block_ms / receivers``)."""
-    res = Recovery(impl, backlog, history_s)
+            block_ms: int = BLOCK_MS, receivers: int = 1,
+            kills: int = 1, settle_s: float = SETTLE_S) -> list[Recovery]:
+    """Steps 1-5 of the module docstring, one Recovery per kill; ``history``
+    replaces step 1 (the soak's run). ``restart_timeout_s`` bounds the wait for
+    the restarted app to catch up; ``block_ms`` is the block interval. With
+    ``receivers`` > 1 the app unions that many socket streams on
+    ``local[receivers + 2]`` (two task slots beside the receivers, as ``local[3]``
+    leaves one receiver): the history feeds the first only, the backlog all of
+    them (``receivers`` blocks per interval, so the backlog phase lasts ``backlog
+    x block_ms / receivers``). With ``kills`` > 1, steps 2-4 repeat on the
+    restarted app after it caught up and ran ``settle_s`` more (step 5); a restart
+    that does not catch up ends the run."""
     servers = [LineServer() for _ in range(receivers)]
-    server = servers[0]
-    gate = workdir / f"gate-{impl}-{server.port}"
+    gate = workdir / f"gate-{impl}-{servers[0].port}"
     env = {"PEER_GATE": str(gate)}
     extra = ["--block-interval-ms", str(block_ms), "--master", app_master(receivers),
              "--extra-ports", ",".join(str(s.port) for s in servers[1:])]
-    app = App(impl, server.port, bootstrap, workdir, extra, env)
-    restarted: App | None = None
+    run = _Run(impl, bootstrap, workdir, servers, gate, extra, env, block_ms, receivers,
+               restart_timeout_s)
+    apps = [App(impl, servers[0].port, bootstrap, workdir, extra, env)]
+    out: list[Recovery] = []
     try:
         for s in servers:
-            _wait_connected(s, app, 120)
+            _wait_connected(s, apps[0], 120)
         if history is None:  # 1. history
-            server.run_phase(Phase(RATE), history_s)
+            servers[0].run_phase(Phase(RATE), history_s)
         else:
-            history(app, server)
+            history(apps[0], servers[0])
+        for k in range(kills):
+            if k:  # 5. the restarted app takes the input again and settles
+                for s in servers:
+                    s.serve_newest(60)
+                servers[0].run_phase(Phase(RATE), settle_s)
+            res = Recovery(impl, backlog, history_s)
+            apps.append(run.kill_and_restart(apps[-1], res))
+            res.ran_s = res.kill_wall - apps[0].started_wall
+            out.append(res)
+            log(f"{impl} ({receivers} receiver(s)), kill {k + 1}/{kills} after "
+                f"{res.ran_s:.0f} s of running: backlog {res.nominal_blocks} blocks "
+                f"(exact: {res.exact_blocks}) / {res.backlog_lines} lines: first batch "
+                f"{res.first_batch_s:.1f} s, caught up {res.caught_up_s:.1f} s "
+                f"({res.batches_rerun} batches re-run) {res.note}")
+            if res.note:
+                break
+    finally:
+        for a in apps:
+            with contextlib.suppress(OSError, ValueError):
+                a.stop()
+        for s in servers:
+            s.close()
+    return out
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every kill of one measurement shares."""
+
+    impl: str
+    bootstrap: str
+    workdir: Path
+    servers: list[LineServer]
+    gate: Path
+    extra: list[str]
+    env: dict[str, str]
+    block_ms: int
+    receivers: int
+    restart_timeout_s: float
+
+    def kill_and_restart(self, app: App, res: Recovery) -> App:
+        """Steps 2-4 on ``app``, figures into ``res``; the restarted app."""
         done_ms = max((b["t"] for b in app.batches()), default=0)
-        gate.touch()  # 2. backlog
-        backlog_s = backlog * block_ms / 1000 / receivers
-        res.backlog_lines = _send_all(servers, RATE, backlog_s)
-        time.sleep(2 * block_ms / 1000 + 0.5)  # the last block is stored and reported
+        self.gate.touch()  # 2. backlog
+        backlog_s = res.backlog_target * self.block_ms / 1000 / self.receivers
+        res.backlog_lines = _send_all(self.servers, RATE, backlog_s)
+        time.sleep(2 * self.block_ms / 1000 + 0.5)  # the last block is stored and reported
         killed_ms = time.time() * 1000
         app.kill()  # 3. crash
         # One block per interval from the last completed batch to the kill, and the
         # other receivers' blocks of the backlog phase.
-        res.nominal_blocks = (round((killed_ms - done_ms) / block_ms)
-                              + (receivers - 1) * round(backlog_s * 1000 / block_ms))
-        if impl == "ours":
-            res.exact_blocks = ours_backlog_blocks(app.checkpoint, bootstrap, done_ms)
-        gate.unlink()
-        restarted = App(impl, server.port, bootstrap, workdir, extra, env)  # 4. restart
+        res.nominal_blocks = (round((killed_ms - done_ms) / self.block_ms)
+                              + (self.receivers - 1)
+                              * round(backlog_s * 1000 / self.block_ms))
+        if self.impl == "ours":
+            res.exact_blocks = ours_backlog_blocks(app.checkpoint, self.bootstrap, done_ms)
+        self.gate.unlink()
+        restarted = App(self.impl, self.servers[0].port, self.bootstrap, self.workdir,
+                        self.extra, self.env)  # 4. restart
         t0 = restarted.started_wall
-        deadline = time.monotonic() + restart_timeout_s
+        deadline = time.monotonic() + self.restart_timeout_s
         pid = restarted.proc.pid
         while time.monotonic() < deadline:
             mine = [b for b in restarted.batches() if b.get("pid") == pid]
@@ -213,180 +230,12 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
                 break
             time.sleep(0.1)
         else:
-            res.note = f"not caught up in {restart_timeout_s:.0f} s"
+            res.note = f"not caught up in {self.restart_timeout_s:.0f} s"
         res.kill_wall, res.restart_wall = killed_ms / 1000, t0
         # Words the batch's output counted, not the listener's numRecords: Spark
         # reports 0 records for batches it recovers from its WAL.
         res.timeline = [(b["wall"], int(b["words"])) for b in restarted.batches()]
-    finally:
-        for a in (app, restarted):
-            if a is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    a.stop()
-        for s in servers:
-            s.close()
-    log(f"{impl} ({receivers} receiver(s)): backlog {res.nominal_blocks} blocks "
-        f"(exact: {res.exact_blocks}) / "
-        f"{res.backlog_lines} lines after "
-        f"{history_s:.0f} s: first batch {res.first_batch_s:.1f} s, caught up "
-        f"{res.caught_up_s:.1f} s ({res.batches_rerun} batches re-run) {res.note}")
-    return res
-
-
-@dataclass
-class Cell:
-    first: list[float] = field(default_factory=list)
-    caught: list[float] = field(default_factory=list)
-    blocks: list[int] = field(default_factory=list)
-    exact: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    example: Recovery | None = None  # the first run, for the plot around the kill
-
-
-def _fmt(values: list[float], digits: int = 1) -> str:
-    ok = [v for v in values if v == v]
-    return Stat.of(ok).fmt(digits) if ok else "n/a"
-
-
-def _median(values: list[float]) -> float:
-    ok = [v for v in values if v == v]
-    return statistics.median(ok) if ok else float("nan")
-
-
-def _count(values: list[int]) -> str:
-    return f"{statistics.median(values):,.0f}" if values else "n/a"
-
-
-def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) -> bool:
-    plt = pyplot()
-    if plt is None:
-        return False
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for impl in ("spark", "ours"):
-        if not all(cells[(impl, b)].blocks for b in backlogs):
-            continue  # not run (--impls)
-        xs = [statistics.median(cells[(impl, b)].blocks) for b in backlogs]
-        for key, style in (("first", "-o"), ("caught", "--s")):
-            ys = [_median(getattr(cells[(impl, b)], key)) for b in backlogs]
-            what = "first batch" if key == "first" else "caught up"
-            ax.plot(xs, ys, style, label=f"{_label(impl)}: {what}")
-    return finish_plot(plt, fig, ax, path, log_x=True,
-                       title="Driver SIGKILL, restart with getOrCreate (medians)",
-                       xlabel="backlog at the SIGKILL (blocks)",
-                       ylabel="seconds from the restart command")
-
-
-def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> bool:
-    """Words counted per completed batch against seconds from the SIGKILL, both systems."""
-    plt = pyplot()
-    if plt is None:
-        return False
-    examples = [c.example for (_, b), c in sorted(cells.items()) if b == backlog and c.example]
-    if not examples:
-        return False
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for r in examples:
-        xs, ys = with_gaps([(w - r.kill_wall, float(n)) for w, n in r.timeline
-                            if w - r.kill_wall >= -40], gap=3.0)
-        ax.plot(xs, ys, ".-", markersize=3,
-                label=f"{_label(r.impl)} (restart command at "
-                      f"+{r.restart_wall - r.kill_wall:.1f} s)")
-    ax.axvline(0, color="red", linestyle="--", linewidth=0.8, label="SIGKILL")
-    return finish_plot(plt, fig, ax, path,
-                       title=f"Around a driver SIGKILL at a backlog of ~{backlog:,} blocks",
-                       xlabel="seconds from the SIGKILL (batch completion time)",
-                       ylabel="words counted by the completed batch")
-
-
-def _runs_said(sessions: list[dict[str, Any]], elapsed: float) -> str:
-    now = int(sessions[-1]["runs"])
-    total = sum(int(s["runs"]) for s in sessions)
-    if total == now:
-        return f"{now} run(s), {elapsed:.0f} s in all"
-    return (f"{total} runs: {now} now ({elapsed:.0f} s), {total - now} from earlier "
-            "invocations on this CPU (`--append`)")
-
-
-def _master(cfg: dict[str, Any]) -> str:
-    return (f"{app_master(int(cfg['receivers']))} (two task slots beside the "
-            "receivers), also on restart (Spark: `--master` in `PYSPARK_SUBMIT_ARGS`, as "
-            "`spark-submit --master` gives it; walstream keeps its checkpoint's)")
-
-
-def _receivers_line(cfg: dict[str, Any]) -> str:
-    r = int(cfg["receivers"])
-    if r == 1:
-        return "one socketTextStream"
-    return (f"{r} socketTextStreams unioned, each from its own line server; the history "
-            f"feeds the first only (one block per interval, as with one receiver), the "
-            f"backlog all {r} ({RATE:.0f} lines/s split evenly: {r} blocks per interval). "
-            "Shuffles keep 3 partitions (`spark.default.parallelism`)")
-
-
-def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[str, Any],
-           facts: dict[str, str], size: str, sessions: list[dict[str, Any]], elapsed: float,
-           plots: list[tuple[str, str]]) -> str:
-    rows = []
-    verdicts = []
-    for b in backlogs:
-        a, o = cells[("spark", b)], cells[("ours", b)]
-        ratio = _median(o.first) / _median(a.first)
-        exact = f" (exact {_count(o.exact)})" if o.exact else ""
-        rows.append([f"{b:,}", f"{_count(a.blocks)} / {_count(o.blocks)}{exact}",
-                     _fmt(a.first), _fmt(o.first), f"{ratio:.2f}",
-                     _fmt(a.caught), _fmt(o.caught)])
-        if ratio == ratio:
-            verdicts.append(f"- backlog {b:,}: first batch (b)/(a) = **{ratio:.2f}** "
-                            f"(target <= 0.5): **{'met' if ratio <= 0.5 else 'missed'}**")
-        if a.blocks and o.blocks and \
-                statistics.median(a.blocks) > 1.2 * statistics.median(o.blocks):
-            verdicts.append(
-                f"  (a) had more to redo at backlog {b:,}: it had fallen behind during the "
-                "history (its last completed batch was older at the kill), so its caught-up "
-                "time is not comparable one to one; the first-batch times are.")
-    notes = [f"- {impl} backlog {b}: {n}" for (impl, b), c in cells.items() for n in c.notes]
-    if len(sessions) > 1:
-        facts = {**facts, "Runs pooled": sessions_line(sessions)}
-    lines = [
-        "# Recovery benchmark: driver SIGKILL and getOrCreate, against backlog", "",
-        f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
-        f"`python -m bench.recovery_bench {' '.join(sys.argv[1:]) or f'--size {size}'}` "
-        f"({_runs_said(sessions, elapsed)}). Cells: **median [min, max]** seconds from the "
-        "restart command.", "",
-        "## Machine", "", md_facts(facts), "",
-        "## Configuration", "",
-        md_facts({
-            "App": "`bench/peer_app.py` (the peer benchmark's word count) with "
-                   "`StreamingContext.getOrCreate`; (a) pyspark.streaming with the receiver "
-                   "WAL, (b) walstream",
-            "Spark": f"{_master(cfg)}, batch {1} s, block interval {cfg['block_ms']} ms, "
-                     "checkpoint directory on local disk",
-            "Receivers": _receivers_line(cfg),
-            "Driver JVM": _jvm_line(),
-            "History": f"{cfg['history_s']:.0f} s at {RATE:.0f} lines/s before the backlog",
-            "Backlog": "the output operation waits (slow sink) while lines flow on for "
-                       f"backlog x {cfg['block_ms']} ms / receivers; then SIGKILL of the "
-                       "app's process group",
-            "Backlog blocks": f"for both: {cfg['block_ms']} ms block intervals (each with "
-                              "data) "
-                              "from the last completed batch to the kill; for (b) also "
-                              "the exact count in the tracker state the restart begins "
-                              "with (unallocated blocks and those of unfinished batches)",
-            "First batch": "restart command -> first batch completed by the new process",
-            "Caught up": "restart command -> first completed batch whose time is after "
-                         "the restart (the whole backlog processed)",
-        }), "",
-        "## Results", "",
-        md_table(["Backlog (blocks)", "Blocks (a) / (b)", "(a) Spark first batch (s)",
-                  "(b) walstream first batch (s)", "(b)/(a)", "(a) Spark caught up (s)",
-                  "(b) walstream caught up (s)"], rows), "",
-        *verdicts, "",
-    ]
-    for alt, name in plots:
-        lines += [f"![{alt}]({name})", ""]
-    if notes:
-        lines += ["## Notes", "", *notes, ""]
-    return "\n".join(lines)
+        return restarted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                          "so a large backlog builds that many times sooner")
     ap.add_argument("--history-s", type=float, default=None,
                     help="seconds of processed input before the backlog")
+    ap.add_argument("--kills", type=int, default=1,
+                    help="kills per run (step 5): after a restart caught up, the app runs "
+                         f"{SETTLE_S:.0f} s more and is killed again with the same backlog")
     ap.add_argument("--impls", nargs="+", choices=("spark", "ours"),
                     default=["spark", "ours"], help="systems to measure (default both)")
     ap.add_argument("--append", action="store_true",
@@ -413,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.receivers < 1:
         ap.error("--receivers must be at least 1")
     cfg["receivers"] = args.receivers
+    if args.kills < 1:
+        ap.error("--kills must be at least 1")
+    cfg["kills"] = args.kills
     if args.history_s is not None:
         cfg["history_s"] = args.history_s
     runs = args.runs or int(cfg["runs"])
@@ -438,19 +293,13 @@ def main(argv: list[str] | None = None) -> int:
                 for b in backlogs:
                     for impl in args.impls:  # interleaved: drift hits both alike
                         log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
-                        r = measure(impl, broker.bootstrap, workdir, b, cfg["history_s"],
-                                    restart_timeout_s=args.restart_timeout,
-                                    block_ms=args.block_ms,
-                                    receivers=args.receivers)
                         c = cells[(impl, b)]
-                        c.first.append(r.first_batch_s)
-                        c.example = c.example or r
-                        c.caught.append(r.caught_up_s)
-                        c.blocks.append(r.nominal_blocks)
-                        if r.exact_blocks is not None:
-                            c.exact.append(r.exact_blocks)
-                        if r.note:
-                            c.notes.append(r.note)
+                        for r in measure(impl, broker.bootstrap, workdir, b,
+                                         cfg["history_s"],
+                                         restart_timeout_s=args.restart_timeout,
+                                         block_ms=args.block_ms,
+                                         receivers=args.receivers, kills=args.kills):
+                            c.add(r)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     # RESULTS-recovery.md -> recovery-backlog.png; another --out gets its own plot.
@@ -467,43 +316,6 @@ def main(argv: list[str] | None = None) -> int:
     # Every run's figures beside the results, for bench.report's run-length table.
     args.out.with_suffix(".json").write_text(json.dumps(cells_json(cells, cfg, sessions)))
     return 0
-
-
-def compared(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The configuration runs must share to be pooled (``recovery_runs.COMPARED``)."""
-    receivers = int(cfg["receivers"])
-    return {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"], "rate": RATE,
-            "receivers": receivers, "spark_restart_master": app_master(receivers)}
-
-
-def prefill(cells: dict[tuple[str, int], Cell], earlier: Earlier) -> None:
-    """Earlier runs' figures first in each cell (null, a run that did not get there,
-    back to NaN)."""
-    def nums(values: list[float | None]) -> list[float]:
-        return [float("nan") if v is None else float(v) for v in values]
-
-    for impl, per in earlier.cells.items():
-        for b, fig in per.items():
-            c = cells[(impl, int(b))]
-            c.first, c.caught = nums(fig["first"]), nums(fig["caught"])
-            c.blocks, c.exact = list(fig["blocks"]), list(fig.get("exact", []))
-
-
-def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
-               sessions: list[dict[str, Any]]) -> dict[str, Any]:
-    """The configuration, the invocations the runs came from and every run's figures
-    (NaN, a run that did not get there, as null)."""
-    def nums(values: list[float]) -> list[float | None]:
-        return [v if v == v else None for v in values]
-
-    out: dict[str, Any] = {**compared(cfg), "sessions": sessions,
-                           "runs": sum(int(s["runs"]) for s in sessions), "cells": {}}
-    for (impl, b), c in cells.items():
-        if c.blocks:
-            out["cells"].setdefault(impl, {})[str(b)] = {
-                "first": nums(c.first), "caught": nums(c.caught), "blocks": c.blocks,
-                "exact": c.exact}
-    return out
 
 
 if __name__ == "__main__":

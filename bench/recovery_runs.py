@@ -11,13 +11,17 @@ machine kinds, and a median across two CPUs means nothing), the same
 configuration (history, block interval, receivers, rate, backlogs, systems) and
 the same master for Spark's restart. Anything else is refused before a single
 minute is measured: :class:`IncomparableRunsError` names the difference.
+
+The module also holds what a run is made of: one measurement (:class:`Recovery`,
+one per kill) and the figures of every run per system and backlog (:class:`Cell`),
+as the benchmark, the soak and the results file share them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ COMPARED: dict[str, Any] = {
     "history_s": None, "block_ms": None, "rate": None,
     "receivers": 1,
     "spark_restart_master": PLAIN_LAUNCH,
+    "kills": 1,
 }
 
 _FACT = re.compile(r"^\| \*\*(CPU|Code)\*\* \| (.*) \|$", re.M)
@@ -95,6 +100,109 @@ def load_earlier(json_path: Path, config: dict[str, Any], cpu: str,
     return Earlier(cells, list(sessions))
 
 
+def newest_session(json_path: Path) -> str:
+    """When the newest invocation behind a results .json ran (``YYYY-mm-dd HH:MM:SS``)."""
+    data = json.loads(json_path.read_text())
+    sessions = data.get("sessions") or [_legacy_session(json_path, data)]
+    return str(sessions[-1]["generated"])
+
+
 def sessions_line(sessions: list[dict[str, Any]]) -> str:
     """One results-file fact: each invocation's runs, date and code."""
     return "; ".join(f"{s['runs']} on {s['generated']} UTC ({s['code']})" for s in sessions)
+
+
+# One measurement and the cells of a results file.
+
+BLOCK_MS = 100
+RATE = 2000.0  # lines/s: 200 lines per block, a tenth of both systems' ceiling
+
+
+#: With --kills: how long a restarted app that caught up runs at RATE before the
+#: next backlog, so each kill starts from steady state.
+SETTLE_S = 60.0
+
+
+@dataclass
+class Recovery:
+    impl: str
+    backlog_target: int
+    history_s: float
+    nominal_blocks: int = 0  # block intervals from the last completed batch to the kill
+    exact_blocks: int | None = None  # from the tracker state (ours only)
+    backlog_lines: int = 0
+    first_batch_s: float = float("nan")
+    caught_up_s: float = float("nan")
+    batches_rerun: int = 0
+    note: str = ""
+    kill_wall: float = 0.0  # time.time() of the SIGKILL
+    restart_wall: float = 0.0  # time.time() of the restart command
+    ran_s: float = 0.0  # the app's first start to this kill (history and earlier kills)
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall, words) per batch
+
+
+@dataclass
+class Cell:
+    first: list[float] = field(default_factory=list)
+    caught: list[float] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    exact: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    example: Recovery | None = None  # the first run, for the plot around the kill
+    ran: list[float] = field(default_factory=list)  # seconds of running at each kill
+
+    def add(self, r: Recovery) -> None:
+        self.first.append(r.first_batch_s)
+        self.caught.append(r.caught_up_s)
+        self.blocks.append(r.nominal_blocks)
+        self.ran.append(r.ran_s)
+        self.example = self.example or r
+        if r.exact_blocks is not None:
+            self.exact.append(r.exact_blocks)
+        if r.note:
+            self.notes.append(r.note)
+
+
+def app_master(receivers: int) -> str:
+    """Both apps' master, on first start and on restart: two task slots beside the
+    receivers (``local[3]`` with one)."""
+    return f"local[{receivers + 2}]"
+
+
+def compared(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The configuration runs must share to be pooled (``recovery_runs.COMPARED``)."""
+    receivers = int(cfg["receivers"])
+    return {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"], "rate": RATE,
+            "receivers": receivers, "spark_restart_master": app_master(receivers),
+            "kills": int(cfg.get("kills", 1))}
+
+
+def prefill(cells: dict[tuple[str, int], Cell], earlier: Earlier) -> None:
+    """Earlier runs' figures first in each cell (null, a run that did not get there,
+    back to NaN)."""
+    def nums(values: list[float | None]) -> list[float]:
+        return [float("nan") if v is None else float(v) for v in values]
+
+    for impl, per in earlier.cells.items():
+        for b, fig in per.items():
+            c = cells[(impl, int(b))]
+            c.first, c.caught = nums(fig["first"]), nums(fig["caught"])
+            c.blocks, c.exact = list(fig["blocks"]), list(fig.get("exact", []))
+            c.ran = list(fig.get("ran_s", []))
+
+
+def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
+               sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The configuration, the invocations the runs came from and every run's figures
+    (NaN, a run that did not get there, as null)."""
+    def nums(values: list[float]) -> list[float | None]:
+        return [v if v == v else None for v in values]
+
+    out: dict[str, Any] = {**compared(cfg), "sessions": sessions,
+                           "runs": sum(int(s["runs"]) for s in sessions), "cells": {}}
+    for (impl, b), c in cells.items():
+        if c.blocks:
+            out["cells"].setdefault(impl, {})[str(b)] = {
+                "first": nums(c.first), "caught": nums(c.caught), "blocks": c.blocks,
+                "exact": c.exact, "ran_s": [round(v, 1) for v in c.ran]}
+    return out

@@ -24,7 +24,7 @@ from bench.common import (
     pyplot,
     write_results,
 )
-from bench.recovery_runs import PLAIN_LAUNCH, provenance
+from bench.recovery_runs import PLAIN_LAUNCH, newest_session, provenance
 
 HERE = Path(__file__).resolve().parent
 #: (file, title) in the issue's order.
@@ -56,6 +56,9 @@ def verdicts(text: str) -> list[tuple[str, str]]:
 #: Results of the recovery benchmark at the same backlog after a short and a long
 #: history (``recovery_bench`` writes a .json beside each .md).
 RUN_LENGTH = ("RESULTS-recovery.json", "RESULTS-recovery-history.json")
+#: Other short-history files at the same backlog: the comparison takes, of these
+#: and RUN_LENGTH's first, the newest measured on the long history's CPU.
+RUN_LENGTH_SHORT = ("RESULTS-recovery-lookahead.json",)
 RUN_LENGTH_BACKLOG = "1000"
 RUN_LENGTH_AFTER = "RESULTS-recovery-history.md"  # the part the comparison follows
 #: "Flat in run length": the first batch after the long history within this factor
@@ -77,13 +80,23 @@ def _span(values: list[float | None]) -> str:
 
 
 
+def _run_length_files() -> list[Path]:
+    """The short-history file to set beside the long one: the newest measured on
+    the long one's CPU (a ratio across machines says nothing), else RUN_LENGTH's."""
+    short, long = (HERE / name for name in RUN_LENGTH)
+    cpu = provenance(long).get("CPU")
+    same = [p for p in (short, *(HERE / n for n in RUN_LENGTH_SHORT))
+            if p.exists() and provenance(p).get("CPU") == cpu]
+    return [max(same, key=newest_session) if same else short, long]
+
+
 def run_length(files: Sequence[Path] | None = None,
                backlog: str = RUN_LENGTH_BACKLOG) -> list[str]:
     """Markdown lines: first batch and caught up at one backlog after each history,
     both systems, and the verdict on ours being flat in run length (none when a
     file is missing)."""
     runs = []
-    for path in files or [HERE / name for name in RUN_LENGTH]:
+    for path in files or _run_length_files():
         if not path.exists():
             return []
         data = json.loads(path.read_text())
@@ -104,7 +117,7 @@ def run_length(files: Sequence[Path] | None = None,
     (_, _, a0, o0, short_facts), (_, long_run, a1, o1, long_facts) = runs[0], runs[-1]
     ours, spark = _med(o1["first"]) / _med(o0["first"]), _med(a1["first"]) / _med(a0["first"])
     minutes = float(long_run["history_s"]) / 60
-    table = md_table(["History", "File", "Runs", "Measured on (CPU, code)",
+    table = md_table(["History", "File", "Restarts measured", "Measured on (CPU, code)",
                       "(a) Spark first batch (s)", "(b) walstream first batch (s)", "(b)/(a)",
                       "(a) Spark caught up (s)", "(b) walstream caught up (s)"], rows)
     what = (f"walstream's first batch after {minutes:.0f} min / after "

@@ -57,7 +57,8 @@ from bench.common import (
     write_results,
 )
 from bench.peer_bench import ROOT, App, LineServer, Phase
-from bench.recovery_bench import BLOCK_MS, Recovery, measure
+from bench.recovery_bench import measure
+from bench.recovery_runs import BLOCK_MS, Recovery
 from bench.soak_probe import (
     PARTS,
     heap_after_gc,
@@ -157,7 +158,7 @@ def run(bootstrap: str, broker_pid: int, workdir: Path, cfg: dict[str, Any],
         soak.jvm_gc = jvm_after_full_gc(app.proc.pid)
         soak.live_classes = live_classes(app.proc.pid)
 
-    soak.recovery = measure("ours", bootstrap, workdir, BACKLOG, seconds, history)
+    soak.recovery = measure("ours", bootstrap, workdir, BACKLOG, seconds, history)[0]
     outs = sorted(workdir.glob("ours-*.jsonl"))
     if outs:
         soak.batches = App.read_batches(outs[-1])

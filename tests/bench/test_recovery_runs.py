@@ -10,8 +10,18 @@ from typing import Any
 import pytest
 
 from bench.common import machine_info
-from bench.recovery_bench import Cell, cells_json, compared, main, prefill
-from bench.recovery_runs import IncomparableRunsError, load_earlier, sessions_line
+from bench.recovery_bench import main
+from bench.recovery_render import render
+from bench.recovery_runs import (
+    Cell,
+    IncomparableRunsError,
+    Recovery,
+    cells_json,
+    compared,
+    load_earlier,
+    prefill,
+    sessions_line,
+)
 
 CPU = "2 cores, Some CPU"
 CFG: dict[str, Any] = {"history_s": 1800.0, "block_ms": 100, "receivers": 1}
@@ -60,6 +70,7 @@ def test_runs_pool_into_each_cell_in_order(tmp_path: Path) -> None:
     ("history_s", {"history_s": 60.0}),
     ("receivers", {"receivers": 10}),
     ("block_ms", {"block_ms": 50}),
+    ("kills", {"kills": 3}),
 ])
 def test_other_configuration_is_refused(tmp_path: Path, what: str,
                                         change: dict[str, Any]) -> None:
@@ -115,3 +126,49 @@ def test_append_refuses_before_measuring(tmp_path: Path,
         main(["--size", "full", "--backlogs", "1000", "--append", "--out", str(out)])
     assert exc.value.code == 2
     assert "Not This One" in capsys.readouterr().err
+
+
+def _recovery(first: float, ran_s: float, note: str = "") -> Recovery:
+    r = Recovery("ours", 1000, 1800.0, nominal_blocks=1010, exact_blocks=1003,
+                 first_batch_s=first, caught_up_s=70.0, note=note)
+    r.ran_s = ran_s
+    return r
+
+
+def test_every_kill_of_a_run_is_one_measurement_with_its_run_length(tmp_path: Path) -> None:
+    cell = Cell()
+    for first, ran in [(6.3, 1900.0), (6.1, 2140.0), (6.4, 2380.0)]:
+        cell.add(_recovery(first, ran))
+    assert cell.first == [6.3, 6.1, 6.4] and cell.ran == [1900.0, 2140.0, 2380.0]
+    assert cell.example is not None and cell.example.first_batch_s == 6.3  # the first kill
+    cfg = {**CFG, "kills": 3}
+    out = cells_json({("ours", 1000): cell, ("spark", 1000): Cell()}, cfg, [_session(1)])
+    assert out["kills"] == 3 and out["cells"]["ours"]["1000"]["ran_s"] == [1900.0, 2140.0,
+                                                                           2380.0]
+    assert "spark" not in out["cells"]  # nothing measured, nothing written
+    earlier = load_earlier(_write(tmp_path, out), compared(cfg), CPU, ["ours"], [1000])
+    assert earlier is not None
+    again = {("ours", 1000): Cell(), ("spark", 1000): Cell()}
+    prefill(again, earlier)
+    assert again[("ours", 1000)].ran == [1900.0, 2140.0, 2380.0]
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "RESULTS-k.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_results_file_says_when_each_kill_fell() -> None:
+    spark, ours = Cell(), Cell()
+    for first, ran in [(6.3, 1900.0), (6.1, 2140.0)]:
+        ours.add(_recovery(first, ran))
+        spark.add(_recovery(9.0, ran + 600))
+    cells = {("spark", 1000): spark, ("ours", 1000): ours}
+    facts = {"CPU": CPU, "Code": "git abc"}
+    text = render(cells, [1000], {**CFG, "kills": 2}, facts, "full", [_session(1)], 10.0, [])
+    assert "| **Kills** | 2 per run" in text
+    assert "ours 31.7, 35.7; spark 41.7, 45.7" in text
+    assert "6.2 [6.1, 6.3]" in text  # both kills in the cell's median [min, max]
+    one = render(cells, [1000], {**CFG, "kills": 1}, facts, "full", [_session(1)], 10.0, [])
+    assert "**Kills**" not in one

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.report import backlog_points, provenance, restart_caveat, run_length, verdicts
 
 
@@ -94,3 +96,18 @@ def test_restart_caveat_only_for_runs_without_spark_master(tmp_path: Path) -> No
     old.write_text(json.dumps({**data, "spark_restart_master": "local[3]"}))
     assert restart_caveat(old) == ""
     assert restart_caveat(tmp_path / "missing.json") == ""
+
+
+def test_run_length_sets_the_long_history_beside_a_short_one_of_its_cpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.report as report
+
+    monkeypatch.setattr(report, "HERE", tmp_path)
+    intel, amd = "2 cores, Intel(R) Xeon(R)", "2 cores, AMD EPYC"
+    _write(tmp_path / "RESULTS-recovery.json", 60, [8.4], [5.9], cpu=intel)
+    ahead = _write(tmp_path / "RESULTS-recovery-lookahead.json", 60, [11.9], [7.7], cpu=amd)
+    long = _write(tmp_path / "RESULTS-recovery-history.json", 1800, [12.0], [8.0], cpu=amd)
+    assert report._run_length_files() == [ahead, long]
+    assert verdicts(run_length()[-1])[0][1] == "met"  # 8.0 / 7.7 on one machine
+    _write(long, 1800, [9.0], [6.3], cpu=intel)
+    assert report._run_length_files()[0].name == "RESULTS-recovery.json"

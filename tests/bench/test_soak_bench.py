@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.recovery_bench import Recovery
+from bench.recovery_runs import Recovery
 from bench.soak_bench import SIZES, Soak, memory_rows, render, series_growth
 from bench.soak_probe import PARTS
 

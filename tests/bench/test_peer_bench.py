@@ -1,0 +1,53 @@
+"""The peer benchmark's line server (``bench.peer_bench.LineServer``)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from bench.peer_bench import LineServer, Phase
+
+
+def _client(server: LineServer) -> socket.socket:
+    c = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    c.settimeout(5)
+    return c
+
+
+def test_a_reconnected_receiver_is_fed_only_once_served() -> None:
+    server = LineServer()
+    first = _client(server)
+    try:
+        assert server.connected.wait(5)
+        second = _client(server)
+        server.run_phase(Phase(2000.0), 0.2)
+        assert first.recv(65536)  # the first client is the one fed
+        second.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            second.recv(65536)  # held idle: lines are not sent to two receivers
+        second.settimeout(5)
+        server.serve_newest(5)
+        phase = Phase(2000.0)
+        server.run_phase(phase, 0.2)
+        assert phase.sent > 0 and second.recv(65536)
+        first.settimeout(5)
+        rest = b""
+        while chunk := first.recv(65536):  # closed by the server: EOF after what it had
+            rest += chunk
+        assert rest.count(b"\n") <= 2000 * 0.2 + 1
+    finally:
+        server.close()
+        first.close()
+
+
+def test_serving_the_newest_waits_a_bounded_time() -> None:
+    server = LineServer()
+    c = _client(server)
+    try:
+        assert server.connected.wait(5)
+        with pytest.raises(TimeoutError, match="reconnected"):
+            server.serve_newest(0.3)
+    finally:
+        server.close()
+        c.close()
