@@ -187,8 +187,10 @@ def restart_caveat(json_path: Path) -> str:
     recovered on a plain launch's master (runs before the benchmark gave it one)."""
     if not json_path.exists():
         return ""
-    master = json.loads(json_path.read_text()).get("spark_restart_master", PLAIN_LAUNCH)
-    if master != PLAIN_LAUNCH:
+    data = json.loads(json_path.read_text())
+    if not isinstance(data.get("cells"), dict) or not data["cells"].get("spark"):
+        return ""  # Spark did not recover here (the soak restarts walstream only)
+    if data.get("spark_restart_master", PLAIN_LAUNCH) != PLAIN_LAUNCH:
         return ""
     return (f" (Spark recovered on {PLAIN_LAUNCH}, one task slot fewer than walstream: "
             "its times are too slow; re-run)")

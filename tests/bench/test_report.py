@@ -96,6 +96,12 @@ def test_restart_caveat_only_for_runs_without_spark_master(tmp_path: Path) -> No
     old.write_text(json.dumps({**data, "spark_restart_master": "local[3]"}))
     assert restart_caveat(old) == ""
     assert restart_caveat(tmp_path / "missing.json") == ""
+    soak = tmp_path / "RESULTS-soak.json"  # walstream's restart only: no Spark master
+    soak.write_text(json.dumps({"size": "full", "facts": {}, "elapsed": 1.0, "runs": []}))
+    assert restart_caveat(soak) == ""
+    data.pop("spark_restart_master", None)
+    old.write_text(json.dumps({**data, "cells": {"ours": data["cells"]["ours"]}}))
+    assert restart_caveat(old) == ""
 
 
 def test_run_length_sets_the_long_history_beside_a_short_one_of_its_cpu(
