@@ -32,6 +32,8 @@ PARTS = [
     ("RESULTS-ingest.md", "1. Ingest ceiling vs raw Kafka"),
     ("RESULTS-peer.md", "2. Peer: Spark's own receiver WAL"),
     ("RESULTS-recovery.md", "3. Recovery time against backlog"),
+    ("RESULTS-recovery-lookahead.md",
+     "3. Recovery at 10^3 blocks, one-batch-ahead job building"),
     ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
     ("RESULTS-recovery-huge.md", "3a. Recovery at a backlog of 10^5 blocks"),
     ("RESULTS-recovery-history.md", "3b. Recovery after 30 minutes of running"),
