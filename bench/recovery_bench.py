@@ -160,7 +160,7 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
                     s.serve_newest(60)
                 servers[0].run_phase(Phase(RATE), settle_s)
             res = Recovery(impl, backlog, history_s)
-            apps.append(run.kill_and_restart(apps[-1], res))
+            run.kill_and_restart(apps, res)
             res.ran_s = res.kill_wall - apps[0].started_wall
             out.append(res)
             log(f"{impl} ({receivers} receiver(s)), kill {k + 1}/{kills} after "
@@ -194,8 +194,11 @@ class _Run:
     receivers: int
     restart_timeout_s: float
 
-    def kill_and_restart(self, app: App, res: Recovery) -> App:
-        """Steps 2-4 on ``app``, figures into ``res``; the restarted app."""
+    def kill_and_restart(self, apps: list[App], res: Recovery) -> None:
+        """Steps 2-4 on the last of ``apps``, figures into ``res``. The restarted app
+        joins ``apps`` as soon as it is started, so the caller's clean-up stops it
+        also when the wait for its batches fails."""
+        app = apps[-1]
         done_ms = max((b["t"] for b in app.batches()), default=0)
         self.gate.touch()  # 2. backlog
         backlog_s = res.backlog_target * self.block_ms / 1000 / self.receivers
@@ -213,6 +216,7 @@ class _Run:
         self.gate.unlink()
         restarted = App(self.impl, self.servers[0].port, self.bootstrap, self.workdir,
                         self.extra, self.env)  # 4. restart
+        apps.append(restarted)
         t0 = restarted.started_wall
         deadline = time.monotonic() + self.restart_timeout_s
         pid = restarted.proc.pid
@@ -235,7 +239,6 @@ class _Run:
         # Words the batch's output counted, not the listener's numRecords: Spark
         # reports 0 records for batches it recovers from its WAL.
         res.timeline = [(b["wall"], int(b["words"])) for b in restarted.batches()]
-        return restarted
 
 
 def main(argv: list[str] | None = None) -> int:
