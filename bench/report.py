@@ -59,8 +59,9 @@ def verdicts(text: str) -> list[tuple[str, str]]:
 #: history (``recovery_bench`` writes a .json beside each .md).
 RUN_LENGTH = ("RESULTS-recovery.json", "RESULTS-recovery-history.json")
 #: Other short-history files at the same backlog: the comparison takes, of these
-#: and RUN_LENGTH's first, the newest measured on the long history's CPU.
-RUN_LENGTH_SHORT = ("RESULTS-recovery-lookahead.json",)
+#: and RUN_LENGTH's first, one measured on the long history's CPU, preferring the
+#: long one's kills per run (RESULTS-recovery-kills: 1 min, 3 kills), then the newest.
+RUN_LENGTH_SHORT = ("RESULTS-recovery-lookahead.json", "RESULTS-recovery-kills.json")
 RUN_LENGTH_BACKLOG = "1000"
 RUN_LENGTH_AFTER = "RESULTS-recovery-history.md"  # the part the comparison follows
 #: "Flat in run length": the first batch after the long history within this factor
@@ -82,14 +83,23 @@ def _span(values: list[float | None]) -> str:
 
 
 
+def _kills(path: Path) -> int:
+    return int(json.loads(path.read_text()).get("kills", 1)) if path.exists() else 1
+
+
 def _run_length_files() -> list[Path]:
-    """The short-history file to set beside the long one: the newest measured on
-    the long one's CPU (a ratio across machines says nothing), else RUN_LENGTH's."""
+    """The short-history file to set beside the long one: one measured on the long
+    one's CPU (a ratio across machines says nothing), else RUN_LENGTH's. Of those,
+    one with the long run's kills per run first: with ``--kills`` the later kills
+    of a run come after earlier restarts of the same app, so only the same count
+    on both sides leaves the history as the one difference. Then the newest."""
     short, long = (HERE / name for name in RUN_LENGTH)
-    cpu = provenance(long).get("CPU")
+    cpu, kills = provenance(long).get("CPU"), _kills(long)
     same = [p for p in (short, *(HERE / n for n in RUN_LENGTH_SHORT))
             if p.exists() and provenance(p).get("CPU") == cpu]
-    return [max(same, key=newest_session) if same else short, long]
+    if not same:
+        return [short, long]
+    return [max(same, key=lambda p: (_kills(p) == kills, newest_session(p))), long]
 
 
 def run_length(files: Sequence[Path] | None = None,
@@ -111,8 +121,9 @@ def run_length(files: Sequence[Path] | None = None,
     rows = []
     for path, data, a, o, facts in runs:
         ratio = _med(o["first"]) / _med(a["first"])
+        kills = int(data.get("kills", 1))
         rows.append([f"{float(data['history_s']) / 60:.0f} min", f"[{path.stem}]({path.stem}.md)",
-                     str(len(o["first"])),
+                     str(len(o["first"])) + (f" ({kills} kills per run)" if kills > 1 else ""),
                      f"{facts.get('CPU', '?')}, {facts.get('Code', '?')}",
                      _span(a["first"]), _span(o["first"]),
                      f"{ratio:.2f}", _span(a["caught"]), _span(o["caught"])])

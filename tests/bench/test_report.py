@@ -11,13 +11,15 @@ from bench.report import backlog_points, provenance, restart_caveat, run_length,
 
 
 def _write(path: Path, history_s: float, spark_first: list[float | None],
-           ours_first: list[float | None], cpu: str | None = "2 cores, Some CPU") -> Path:
+           ours_first: list[float | None], cpu: str | None = "2 cores, Some CPU",
+           kills: int = 1) -> Path:
     cell = {"caught": [60.0], "blocks": [1000], "exact": []}
     if cpu is not None:  # the results file beside the .json, as recovery_bench writes it
         path.with_suffix(".md").write_text(
             f"# Recovery\n\n|  |  |\n|---|---|\n| **CPU** | {cpu} |\n| **Code** | git abc |\n")
     path.write_text(json.dumps({
         "history_s": history_s, "block_ms": 100, "rate": 2000.0, "runs": len(ours_first),
+        "kills": kills,
         "cells": {"spark": {"1000": {**cell, "first": spark_first}},
                   "ours": {"1000": {**cell, "first": ours_first}}}}))
     return path
@@ -117,3 +119,27 @@ def test_run_length_sets_the_long_history_beside_a_short_one_of_its_cpu(
     assert verdicts(run_length()[-1])[0][1] == "met"  # 8.0 / 7.7 on one machine
     _write(long, 1800, [9.0], [6.3], cpu=intel)
     assert report._run_length_files()[0].name == "RESULTS-recovery.json"
+
+
+def test_run_length_prefers_a_short_history_with_the_long_ones_kills(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Later kills of a run follow earlier restarts of the same app: only the same
+    # kills per run on both sides leaves the history as the one difference.
+    import bench.report as report
+
+    monkeypatch.setattr(report, "HERE", tmp_path)
+    amd = "2 cores, AMD EPYC"
+    kills = _write(tmp_path / "RESULTS-recovery-kills.json", 60, [13.0, 12.5, 13.5],
+                   [8.5, 8.1, 7.2], cpu=amd, kills=3)
+    # Newer, but one kill per run: not the like-for-like file.
+    _write(tmp_path / "RESULTS-recovery-lookahead.json", 60, [11.9], [7.7], cpu=amd)
+    long = _write(tmp_path / "RESULTS-recovery-history.json", 1800, [14.4, 12.4, 13.9],
+                  [7.6, 9.5, 10.0], cpu=amd, kills=3)
+    data = json.loads(kills.read_text())
+    kills.write_text(json.dumps({**data, "sessions": [{"generated": "2026-01-01 00:00:00"}]}))
+    assert report._run_length_files() == [kills, long]
+    lines = run_length()
+    assert "| 3 (3 kills per run) |" in lines[0]
+    assert verdicts(lines[-1])[0][1] == "met"  # 9.5 / 8.1 = 1.17
+    _write(long, 1800, [14.4], [7.6], cpu=amd)  # one kill: the newest short one again
+    assert report._run_length_files()[0].name == "RESULTS-recovery-lookahead.json"
