@@ -55,6 +55,8 @@ bench: setup
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 100000 --receivers 10 \
 		--runs 1 --restart-timeout 240 --out bench/RESULTS-recovery-huge.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
+		--out bench/RESULTS-recovery-kills.md
+	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
 		--history-s 1800 --out bench/RESULTS-recovery-history.md
 	$(BIN)/python -m bench.soak_bench --size full
 	$(BIN)/python -m bench.report

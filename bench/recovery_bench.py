@@ -5,12 +5,13 @@ Usage (from the repo root)::
     python -m bench.recovery_bench [--size small|full] [--runs N] [--backlogs B ...] \
         [--history-s S] [--receivers R] [--impls spark ours] [--out bench/RESULTS-recovery.md]
 
-``make bench`` runs it four times: ``--size full`` (10^2 and 10^3 blocks, 3 runs,
+``make bench`` runs it five times: ``--size full`` (10^2 and 10^3 blocks, 3 runs,
 one minute of history, one receiver); 10^4 blocks (3 runs) and 10^5 blocks (1 run)
 with ``--receivers 10`` (ten socket streams: the backlog phase cuts ten blocks per
 interval, so 10^5 blocks take 17 minutes of input per system instead of 2.8 hours);
-and 10^3 blocks after 30 minutes of history (``--history-s 1800 --kills 3``,
-RESULTS-recovery-history.md: recovery against run length). Each run's figures also
+and 10^3 blocks with ``--kills 3`` after one minute (RESULTS-recovery-kills.md) and
+after 30 minutes of history (``--history-s 1800``, RESULTS-recovery-history.md):
+recovery against run length, the same kills per run on both sides. Each run's figures also
 go to a .json beside the results file; ``bench.report`` sets the short and the long
 history side by side from them and plots every backlog in one figure.
 
