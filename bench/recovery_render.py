@@ -14,7 +14,14 @@ from typing import Any
 
 from bench.common import Stat, finish_plot, md_facts, md_table, pyplot, with_gaps
 from bench.peer_bench import _label
-from bench.recovery_runs import RATE, SETTLE_S, Cell, app_master, sessions_line
+from bench.recovery_runs import (
+    RATE,
+    SETTLE_S,
+    Cell,
+    app_master,
+    kills_per_run,
+    sessions_line,
+)
 
 
 def _jvm_line() -> str:
@@ -115,7 +122,7 @@ def _receivers_line(cfg: dict[str, Any]) -> str:
 
 def _kills_fact(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any]) -> dict[str, str]:
     """The Kills line of the configuration: none for one kill per run."""
-    kills = int(cfg.get("kills", 1))
+    kills = kills_per_run(cfg)
     if kills == 1:
         return {}
     ran = "; ".join(f"{impl} {', '.join(f'{s / 60:.1f}' for s in c.ran)}"

@@ -169,12 +169,17 @@ def app_master(receivers: int) -> str:
     return f"local[{receivers + 2}]"
 
 
+def kills_per_run(data: dict[str, Any]) -> int:
+    """Kills per run of a configuration or results .json (older files: COMPARED's)."""
+    return int(data.get("kills", COMPARED["kills"]))
+
+
 def compared(cfg: dict[str, Any]) -> dict[str, Any]:
     """The configuration runs must share to be pooled (``recovery_runs.COMPARED``)."""
     receivers = int(cfg["receivers"])
     return {"history_s": cfg["history_s"], "block_ms": cfg["block_ms"], "rate": RATE,
             "receivers": receivers, "spark_restart_master": app_master(receivers),
-            "kills": int(cfg.get("kills", 1))}
+            "kills": kills_per_run(cfg)}
 
 
 def prefill(cells: dict[tuple[str, int], Cell], earlier: Earlier) -> None:

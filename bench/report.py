@@ -24,7 +24,7 @@ from bench.common import (
     pyplot,
     write_results,
 )
-from bench.recovery_runs import PLAIN_LAUNCH, newest_session, provenance
+from bench.recovery_runs import PLAIN_LAUNCH, kills_per_run, newest_session, provenance
 
 HERE = Path(__file__).resolve().parent
 #: (file, title) in the issue's order.
@@ -87,7 +87,7 @@ def _span(values: list[float | None]) -> str:
 
 
 def _kills(path: Path) -> int:
-    return int(json.loads(path.read_text()).get("kills", 1)) if path.exists() else 1
+    return kills_per_run(json.loads(path.read_text()) if path.exists() else {})
 
 
 def _run_length_files() -> list[Path]:
@@ -124,7 +124,7 @@ def run_length(files: Sequence[Path] | None = None,
     rows = []
     for path, data, a, o, facts in runs:
         ratio = _med(o["first"]) / _med(a["first"])
-        kills = int(data.get("kills", 1))
+        kills = kills_per_run(data)
         rows.append([f"{float(data['history_s']) / 60:.0f} min", f"[{path.stem}]({path.stem}.md)",
                      str(len(o["first"])) + (f" ({kills} kills per run)" if kills > 1 else ""),
                      f"{facts.get('CPU', '?')}, {facts.get('Code', '?')}",
