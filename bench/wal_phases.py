@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-import bench.wal_bench as wb
+import bench.wal_cases as wb
 import wal.kafka_log as kl
 from bench.common import bench_broker, log
 
