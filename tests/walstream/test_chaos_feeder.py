@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from walstream.testing.chaos import ChaosConfig, Feeder
+from walstream.testing.chaos_config import ChaosConfig
+from walstream.testing.chaos_feeder import Feeder
 
 
 def _settled(feeder: Feeder, expect: int) -> int:

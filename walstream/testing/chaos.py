@@ -48,307 +48,25 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from receiver.rate_receiver import generated_line
 from walstream import broker, killpoints, procs
-from walstream.testing.chaos_app import MAX_VALUE_BYTES
-
-ROOT = Path(__file__).resolve().parents[2]
-KILL_POINTS = (
-    "receiver.after_store_before_report",
-    "tracker.after_add_block_before_answer",
-    "tracker.after_allocation_logged",
-    "checkpoint.mid_write",
-    "checkpoint.after_write_before_clean",
-    "batch.during_output",
+from walstream.testing.chaos_config import (
+    KILL_POINTS,
+    RECEIVER_ONLY_POINTS,
+    ROOT,
+    ChaosConfig,
+    ChaosResult,
+    log,
 )
-RECEIVER_ONLY_POINTS = {"receiver.after_store_before_report",
-                        "tracker.after_add_block_before_answer"}
-
-
-@dataclass
-class ChaosConfig:
-    mode: str = "receiver"
-    seed: int = 1
-    cluster: bool = False  # a standalone cluster (master + 2 workers) instead of local[3]
-    executor_kills: int = 0  # SIGKILL of the executor JVM hosting a receiver (cluster)
-    driver_kills: int = 5
-    receiver_kills: int = 5
-    broker_kills: int = 1
-    kill_points: tuple[str, ...] = KILL_POINTS  # each once (receiver-only ones skipped in direct)
-    records: int = 6000
-    rate: float = 0.0  # records/s; 0: spread the records over the planned faults
-    bad_every: int = 500  # one bad record per this many good ones
-    broker_down_s: float = 10.0
-    fault_gap_s: tuple[float, float] = (4.0, 9.0)
-    timeout_s: float = 900.0  # bound on waits with no progress (see _wait_progressing)
-    drain_limit_s: float = 3 * 3600.0  # bound on the final catch-up, progressing or not
-    workdir: Path | None = None
-
-
-@dataclass
-class ChaosResult:
-    config: ChaosConfig
-    kills: Counter[str] = field(default_factory=Counter)
-    records_in: int = 0
-    bad_in: int = 0
-    words_in: int = 0
-    words_out: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    bad_reported: int = 0
-    recoveries_s: list[float] = field(default_factory=list)
-    rss_mib: list[float] = field(default_factory=list)
-    batches: int = 0
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.lost == 0 and self.duplicated == 0
-
-    def table(self) -> str:
-        rows = [
-            ("mode / seed", f"{self.config.mode}"
-             f"{' on a standalone cluster' if self.config.cluster else ''} / {self.config.seed}"),
-            ("driver kills (SIGKILL of the group)", str(self.kills["driver"])),
-            ("kill-point deaths", str(self.kills["kill_point"])),
-            ("receiver worker kills", str(self.kills["receiver"])),
-            ("executor JVM kills (standalone cluster)", str(self.kills["executor"])),
-            ("broker kills", str(self.kills["broker"])),
-            ("records in (good / bad)", f"{self.records_in} / {self.bad_in}"),
-            ("words in / words out", f"{self.words_in} / {self.words_out}"),
-            ("lost / duplicated", f"{self.lost} / {self.duplicated}"),
-            ("bad records reported", f"{self.bad_reported} of {self.bad_in}"),
-            ("batches output", str(self.batches)),
-            ("longest recovery (restart -> first batch)",
-             f"{max(self.recoveries_s, default=0.0):.1f} s"),
-            ("driver RSS at start / end", " / ".join(f"{r:.0f} MiB" for r in self.rss_mib[:1]
-                                                     + self.rss_mib[-1:])),
-            ("wall time", f"{self.seconds:.0f} s"),
-            ("result", "PASS" if self.ok else "FAIL: " + "; ".join(self.problems)),
-        ]
-        return "\n".join(["| | |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows])
-
-
-def log(msg: str) -> None:
-    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# -- input -------------------------------------------------------------------------------
-
-
-def _bad_record(rng: random.Random, i: int) -> bytes:
-    kind = i % 3
-    if kind == 0:
-        return b"v1|" + bytes(rng.randrange(0x80, 0x100) for _ in range(12))  # not UTF-8
-    if kind == 1:
-        return b"v7|" + generated_line(rng.randrange(1000), i).encode()  # unknown version
-    return b"v1|" + b"oversize " * (MAX_VALUE_BYTES // 9 + 10)  # too large
-
-
-class Feeder(threading.Thread):
-    """Step 2: seeded source records at a fixed rate; counts what was acknowledged."""
-
-    def __init__(self, bootstrap: str, topic: str, cfg: ChaosConfig,
-                 first_tranche: int | None = None) -> None:
-        super().__init__(name="chaos-feeder", daemon=True)
-        self.bootstrap, self.topic, self.cfg = bootstrap, topic, cfg
-        self.expected: Counter[str] = Counter()
-        self.good = self.bad = 0
-        self.failed: list[str] = []
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-        self._gate = threading.Condition()
-        # Records it may produce so far: all, or a first tranche (then see allow).
-        self._allowed = cfg.records if first_tranche is None else first_tranche
-
-    def allow(self, n: int) -> None:
-        """Let the feeder produce up to ``n`` records (it waits at the limit)."""
-        with self._gate:
-            self._allowed = min(self.cfg.records, max(self._allowed, n))
-            self._gate.notify_all()
-
-    def _wait_allowed(self, i: int, producer: Any) -> bool:
-        """Wait until record ``i`` may be produced (what was produced is flushed
-        first, so it is acknowledged and counted); True if it had to wait."""
-        with self._gate:
-            if i < self._allowed:
-                return False
-        producer.flush(30)
-        with self._gate:
-            while i >= self._allowed:
-                self._gate.wait(1.0)
-        return True
-
-    def run(self) -> None:
-        from confluent_kafka import Producer
-
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 50,
-                             "delivery.timeout.ms": 300_000,
-                             "message.max.bytes": 2 * MAX_VALUE_BYTES + 65536})
-        rng = random.Random(self.cfg.seed)
-        start = time.monotonic()
-        n_bad = 0
-        try:
-            for i in range(self.cfg.records):
-                if self._wait_allowed(i, producer):
-                    start = time.monotonic() - i / self.cfg.rate  # pace from now on
-                line = generated_line(self.cfg.seed, i)
-                producer.produce(self.topic, b"v1|" + line.encode(),
-                                 on_delivery=self._delivered(line))
-                if i % self.cfg.bad_every == self.cfg.bad_every // 2:
-                    producer.produce(self.topic, _bad_record(rng, n_bad),
-                                     on_delivery=self._delivered(None))
-                    n_bad += 1
-                producer.poll(0)
-                # Bursts twice a second: the durable broker stores each produce batch
-                # as an S3 object and a fetch reads them one by one (~40 ms each), so
-                # a record per batch would make every read crawl.
-                delay = start + (i + 1) / self.cfg.rate - time.monotonic()
-                if delay > 0.5:
-                    producer.flush(30)
-                    time.sleep(delay)
-            left = producer.flush(330)
-            if left:
-                self.failed.append(f"{left} source records never acknowledged")
-        finally:
-            self.done.set()
-
-    def _delivered(self, line: str | None) -> Any:
-        def cb(err: Any, _msg: Any) -> None:
-            with self._lock:
-                if err is not None:
-                    self.failed.append(str(err))
-                elif line is None:
-                    self.bad += 1
-                else:
-                    self.good += 1
-                    self.expected.update(line.split())
-        return cb
-
-
-# -- the application ---------------------------------------------------------------------
-
-
-class App:
-    def __init__(self, work: Path, bootstrap: str, source: str, sink: str, cfg: ChaosConfig,
-                 expected_words: int, master: str = "") -> None:
-        self.master = master
-        self.work, self.bootstrap, self.cfg = work, bootstrap, cfg
-        self.ckpt, self.out = work / "ckpt", work / "out"
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.source, self.sink = source, sink
-        self.expected_words = expected_words
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
-        self.restarts = 0
-
-    @property
-    def kill_point_file(self) -> Path:
-        return self.work / "kill-point"
-
-    def start(self) -> None:
-        env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=self.bootstrap,
-                   SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-                   PYTHONPATH=str(ROOT))
-        env.pop(killpoints.ENV, None)
-        env[killpoints.FILE_ENV] = str(self.kill_point_file)
-        if self.master:
-            env["WALSTREAM_SPARK_MASTER"] = self.master
-        env["WALSTREAM_RECOVERED_STATE_FILE"] = str(self.work / f"recovered-{self.restarts}.json")
-        with open(self.work / "app.log", "ab") as err:  # the child keeps its own copy
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "walstream.testing.chaos_app", str(self.ckpt),
-                 str(self.out), "--source", self.source, "--sink", self.sink,
-                 "--mode", self.cfg.mode, "--expected", str(self.expected_words)],
-                env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                start_new_session=True,
-                # A test runner killed from outside (a CI timeout) leaves no driver
-                # behind; its JVM and workers follow the driver.
-                preexec_fn=procs.die_with_parent)
-        self.started_at = time.time()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            procs.kill_group(self.proc.pid)
-            self.proc.poll()
-
-    def batches_since(self, wall: float) -> list[dict[str, Any]]:
-        path = self.out / "progress.jsonl"
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                rec = json.loads(line)
-                if rec["wall"] >= wall:
-                    out.append(rec)
-        return out
-
-    def rss_mib(self) -> float:
-        if self.proc is None:
-            return 0.0
-        total = 0
-        for pid in _group_pids(self.proc.pid):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-    def receiver_worker_pid(self, field_no: int = 2) -> int:
-        """The live process of the newest receiver start: its Python worker
-        (``field_no=2``) or its executor's Python daemon (1); -1 if none."""
-        path = self.out / "receivers.jsonl"
-        if not path.exists():
-            return -1
-        lines = path.read_text().splitlines()
-        for line in reversed(lines):
-            with contextlib.suppress(ValueError, IndexError):
-                pid = int(json.loads(line)["executor"].split(":")[field_no])
-                if procs.pid_alive(pid):
-                    return pid
-        return -1
-
-    def receiver_starts(self) -> int:
-        path = self.out / "receivers.jsonl"
-        return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
-def _is_executor(pid: int) -> bool:
-    try:
-        return b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def _group_pids(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                if os.getpgid(int(entry.name)) == pgid:
-                    out.append(int(entry.name))
-    return out
-
+from walstream.testing.chaos_feeder import Feeder
+from walstream.testing.chaos_process import App, is_executor, parent_pid
 
 # -- the run -----------------------------------------------------------------------------
 
@@ -515,8 +233,8 @@ def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
             result.kills["receiver"] += 1
     elif fault == "executor":
         daemon = app.receiver_worker_pid(1)
-        jvm = _parent(daemon) if daemon > 0 else -1
-        if jvm > 0 and not _is_executor(jvm):
+        jvm = parent_pid(daemon) if daemon > 0 else -1
+        if jvm > 0 and not is_executor(jvm):
             raise RuntimeError(f"process {jvm} hosting the receiver is not an executor JVM "
                                "(is the application running on the cluster?)")
         if jvm > 0:
