@@ -16,6 +16,7 @@ import pytest
 from driver import StreamingContext
 from driver.spark import create_spark_context
 from driver.streaming_context import CONF_BOOTSTRAP
+from tests.api.helpers import BATCH
 from walstream.testing.fixtures import KafkaBroker
 
 
@@ -37,10 +38,10 @@ def sc(request: pytest.FixtureRequest, broker: KafkaBroker) -> Iterator[Any]:
 
 @pytest.fixture
 def make_ssc(sc: Any) -> Iterator[Callable[..., StreamingContext]]:
-    """``make_ssc(batch=0.5)``: a new StreamingContext, stopped (not its sc) after the test."""
+    """``make_ssc(batch=BATCH)``: a new StreamingContext, stopped (not its sc) after the test."""
     made: list[StreamingContext] = []
 
-    def make(batch: float = 0.5) -> StreamingContext:
+    def make(batch: float = BATCH) -> StreamingContext:
         ssc = StreamingContext(sc, batch)
         made.append(ssc)
         return ssc
@@ -53,4 +54,4 @@ def make_ssc(sc: Any) -> Iterator[Callable[..., StreamingContext]]:
 
 @pytest.fixture
 def ssc(make_ssc: Callable[..., StreamingContext]) -> StreamingContext:
-    return make_ssc(0.5)
+    return make_ssc(BATCH)

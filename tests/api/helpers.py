@@ -6,10 +6,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from driver import DStream, StreamingContext
+from driver import DStream, StreamingContext, StreamingListener
 
 # Every wait below is bounded by this (seconds) unless a test passes its own.
 TIMEOUT = 60.0
+BATCH = 0.5  # seconds: the batch interval of the ``ssc`` fixture
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = TIMEOUT,
@@ -89,3 +90,32 @@ def run_func(ssc: StreamingContext, inputs: Sequence[Any],
     if sort:
         result, expected = sort_by_key(result), sort_by_key(expected)
     assert result == expected
+
+
+class BatchInfoCollector(StreamingListener):
+    """PySpark's listener test collector: every batch info, by kind of event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batchInfosCompleted: list[Any] = []
+        self.batchInfosStarted: list[Any] = []
+        self.batchInfosSubmitted: list[Any] = []
+        self.streamingStarted: list[Any] = []
+
+    def onStreamingStarted(self, streamingStarted: Any) -> None:  # noqa: N803
+        self.streamingStarted.append(streamingStarted)
+
+    def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
+        self.batchInfosSubmitted.append(batchSubmitted.batchInfo())
+
+    def onBatchStarted(self, batchStarted: Any) -> None:  # noqa: N803
+        self.batchInfosStarted.append(batchStarted.batchInfo())
+
+    def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
+        self.batchInfosCompleted.append(batchCompleted.batchInfo())
+
+
+def add_input_stream(ssc: StreamingContext) -> list[list[Any]]:
+    """A queue stream of 100 batches with an output, so ``ssc`` can start and runs batches."""
+    inputs = [range(1, x) for x in range(101)]
+    return collect(ssc, ssc.queueStream(inputs), 1, block=False)

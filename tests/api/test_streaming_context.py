@@ -1,49 +1,40 @@
-"""PySpark's StreamingContextTests, StreamingListenerTests and CheckpointTests' parts
-that need no recovery; plus the receiver and Kafka inputs end to end on a real broker."""
+"""PySpark's StreamingContextTests and CheckpointTests' parts that need no recovery;
+the listener tests are in test_listener.py, the receiver and Kafka inputs in
+test_receiver_inputs.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import socket
 import struct
 import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
-from driver import KafkaUtils, StreamingContext, StreamingListener
-from tests.api.helpers import TIMEOUT, collect, take, wait_until
+from driver import StreamingContext
+from tests.api.helpers import BATCH, TIMEOUT, add_input_stream, collect, take, wait_until
 
 pytestmark = pytest.mark.spark
 
-BATCH = 0.5
-
-
-def _add_input_stream(ssc: StreamingContext) -> list[list[Any]]:
-    inputs = [range(1, x) for x in range(101)]
-    return collect(ssc, ssc.queueStream(inputs), 1, block=False)
 
 
 # -- lifecycle -----------------------------------------------------------------------
 
 
 def test_stop_only_streaming_context(sc: Any, ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.start()
     ssc.stop(False)
     assert len(sc.parallelize(range(5), 5).glom().collect()) == 5
 
 
 def test_stop_multiple_times(ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.start()
     ssc.stop(False)
     ssc.stop(False)
@@ -52,7 +43,7 @@ def test_stop_multiple_times(ssc: StreamingContext) -> None:
 
 def test_a_started_context_runs_the_driver_gc_and_stop_ends_it(
         sc: Any, ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.start()
     gc = ssc._driver_gc
     assert gc is not None and gc.interval_s == 300.0  # the default: 5min
@@ -74,7 +65,7 @@ def test_the_driver_gc_request_reaches_the_real_jvm(sc: Any) -> None:
 
 
 def test_stop_before_start(sc: Any, ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.stop(False)
     ssc.stop(False)
     with pytest.raises(ValueError, match="already been stopped"):
@@ -105,7 +96,7 @@ def test_no_new_streams_after_start_or_stop(ssc: StreamingContext) -> None:
 
 
 def test_start_twice_raises(ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.start()
     with pytest.raises(ValueError, match="already been started"):
         ssc.start()
@@ -124,8 +115,8 @@ def test_start_without_outputs_raises(ssc: StreamingContext) -> None:
 
 def test_only_one_active_context(make_ssc: Callable[..., StreamingContext]) -> None:
     first, second = make_ssc(BATCH), make_ssc(BATCH)
-    _add_input_stream(first)
-    result = _add_input_stream(second)
+    add_input_stream(first)
+    result = add_input_stream(second)
     first.start()
     with pytest.raises(ValueError, match="Only one StreamingContext may be started"):
         second.start()
@@ -179,7 +170,7 @@ def test_get_active_or_create(make_ssc: Callable[..., StreamingContext]) -> None
 
 
 def test_await_termination_or_timeout(ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.start()
     t0 = time.monotonic()
     assert ssc.awaitTerminationOrTimeout(0.001) is False
@@ -190,7 +181,7 @@ def test_await_termination_or_timeout(ssc: StreamingContext) -> None:
 
 
 def test_await_termination_returns_when_stopped_elsewhere(ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
+    add_input_stream(ssc)
     ssc.start()
     stopper = threading.Timer(0.5, lambda: ssc.stop(False))
     stopper.start()
@@ -233,108 +224,6 @@ def test_a_failing_job_surfaces_with_its_text(ssc: StreamingContext, where: str)
     assert text in str(info.value)
     with pytest.raises(Exception, match=text):
         ssc.awaitTerminationOrTimeout(0.01)  # raised again, as Spark's reportError
-    ssc.stop(False)
-
-
-# -- listener -------------------------------------------------------------------------
-
-
-class BatchInfoCollector(StreamingListener):
-    def __init__(self) -> None:
-        super().__init__()
-        self.batchInfosCompleted: list[Any] = []
-        self.batchInfosStarted: list[Any] = []
-        self.batchInfosSubmitted: list[Any] = []
-        self.streamingStarted: list[Any] = []
-
-    def onStreamingStarted(self, streamingStarted: Any) -> None:  # noqa: N803
-        self.streamingStarted.append(streamingStarted)
-
-    def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-        self.batchInfosSubmitted.append(batchSubmitted.batchInfo())
-
-    def onBatchStarted(self, batchStarted: Any) -> None:  # noqa: N803
-        self.batchInfosStarted.append(batchStarted.batchInfo())
-
-    def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
-        self.batchInfosCompleted.append(batchCompleted.batchInfo())
-
-
-def test_batch_info_reports(ssc: StreamingContext) -> None:
-    collector = BatchInfoCollector()
-    ssc.addStreamingListener(collector)
-    stream = ssc.queueStream([[1], [2], [3], [4]]).map(int)
-    result = collect(ssc, stream, 4, block=False)
-    ssc.start()
-    wait_until(lambda: len(collector.batchInfosCompleted) >= 4 and len(result) >= 4,
-               "4 completed batches", ssc=ssc)
-    ssc.stop(False)  # delivers the queued events
-    assert result == [[1], [2], [3], [4]]
-    assert len(collector.streamingStarted) == 1
-
-    submitted = collector.batchInfosSubmitted
-    assert len(submitted) >= 4
-    for info in submitted:
-        assert info.batchTime() > 0
-        assert info.submissionTime() >= info.batchTime()
-        for op_id, op in info.outputOperationInfos().items():
-            assert op.id() == op_id >= 0
-            assert op.batchTime() == info.batchTime()
-            assert op.name() and op.description()
-            assert op.failureReason() is None
-        # Not started yet: no delays (-1, as PySpark reports them).
-        assert info.schedulingDelay() == -1
-        assert info.processingDelay() == -1
-        assert info.totalDelay() == -1
-        assert info.numRecords() == 0  # queue streams report no input records (as Spark)
-
-    assert len(collector.batchInfosStarted) >= 4
-    for info in collector.batchInfosStarted:
-        assert info.schedulingDelay() >= 0
-        assert info.processingDelay() == -1
-        assert info.totalDelay() == -1
-
-    completed = collector.batchInfosCompleted
-    assert len(completed) >= 4
-    for info in completed:
-        assert info.schedulingDelay() >= 0
-        assert info.processingDelay() >= 0
-        assert info.totalDelay() >= 0
-        assert info.totalDelay() == info.schedulingDelay() + info.processingDelay()
-        assert info.numRecords() == 0
-        for op in info.outputOperationInfos().values():
-            assert op.startTime() <= op.endTime()
-            assert op.failureReason() is None
-    times = [i.batchTime() for i in completed]
-    assert times == sorted(times)
-    assert {b - a for a, b in itertools.pairwise(times)} == {int(BATCH * 1000)}
-
-
-def test_batch_info_accessors_have_pyspark_shapes(ssc: StreamingContext) -> None:
-    collector = BatchInfoCollector()
-    ssc.addStreamingListener(collector)
-    _add_input_stream(ssc)
-    ssc.start()
-    wait_until(lambda: len(collector.batchInfosCompleted) >= 1, "a batch", ssc=ssc)
-    ssc.stop(False)
-    submitted = collector.batchInfosSubmitted[0]
-    assert submitted.schedulingDelay() == -1  # PySpark's StreamingListenerTests
-    info = collector.batchInfosCompleted[0]
-    assert info.batchTime().milliseconds() >= 0
-    assert isinstance(info.streamIdToInputInfo(), dict)
-    for op in info.outputOperationInfos().values():
-        assert op.batchTime().milliseconds() >= 0
-        assert op.id() >= 0
-        assert op.name() is not None
-        assert op.description() is not None
-
-
-def test_listener_added_after_start_hears_later_batches(ssc: StreamingContext) -> None:
-    _add_input_stream(ssc)
-    ssc.start()
-    collector = BatchInfoCollector()
-    ssc.addStreamingListener(collector)
-    wait_until(lambda: len(collector.batchInfosCompleted) >= 2, "2 batches", ssc=ssc)
     ssc.stop(False)
 
 
@@ -497,140 +386,7 @@ def test_get_or_create_without_checkpoint_calls_setup(make_ssc: Callable[..., St
     assert rdd_dirs
 
 
-# -- receivers and Kafka, on the session's broker ---------------------------------------
-
-
-class _LineServer:
-    """A TCP server that sends ``lines`` on the first connection and keeps it open."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.data = "".join(f"{line}\n" for line in lines).encode()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections: list[socket.socket] = []
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not self.connections:
-                conn.sendall(self.data)
-            self.connections.append(conn)
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-        for c in self.connections:
-            c.close()
-        self.sock.close()
-
-
-@pytest.fixture
-def line_server() -> Iterator[Callable[[list[str]], _LineServer]]:
-    servers: list[_LineServer] = []
-
-    def make(lines: list[str]) -> _LineServer:
-        servers.append(_LineServer(lines))
-        return servers[-1]
-
-    yield make
-    for s in servers:
-        s.close()
-
-
-def _word_counts(stream: Any) -> Any:
-    return stream.flatMap(lambda line: line.split(" ")).map(lambda w: (w, 1)) \
-        .reduceByKey(lambda a, b: a + b)
-
-
-def _run_word_count(ssc: StreamingContext, counts_stream: Any, expected: Counter[str],
-                    timeout: float = 90.0) -> Counter[str]:
-    """Sum each batch's counts until they reach ``expected``; then two more batches,
-    which must add nothing (no record counted twice)."""
-    totals: Counter[str] = Counter()
-    batches: list[int] = []
-
-    def add(rdd: Any) -> None:
-        totals.update(dict(rdd.collect()))
-        batches.append(1)
-
-    counts_stream.foreachRDD(add)
-    ssc.start()
-    try:
-        wait_until(lambda: sum(totals.values()) >= sum(expected.values()),
-                   f"{sum(expected.values())} words counted", timeout, ssc)
-        seen = len(batches)
-        wait_until(lambda: len(batches) >= seen + 2, "2 more batches", TIMEOUT, ssc)
-    finally:
-        ssc.stop(False)
-    return totals
-
-
-def _lines(n: int) -> list[str]:
-    words = ["spark", "kafka", "stream", "wal", "receiver"]
-    return [" ".join(words[(i + j) % len(words)] for j in range(i % 4 + 1)) for i in range(n)]
-
-
-def _expected(lines: list[str]) -> Counter[str]:
-    return Counter(w for line in lines for w in line.split(" "))
-
-
-def test_socket_text_stream_word_count(ssc: StreamingContext,
-                                       line_server: Callable[[list[str]], _LineServer]) -> None:
-    lines = _lines(300)
-    server = line_server(lines)
-    collector = BatchInfoCollector()
-    ssc.addStreamingListener(collector)
-    stream = ssc.socketTextStream("127.0.0.1", server.port)
-    totals = _run_word_count(ssc, _word_counts(stream), _expected(lines))
-    assert totals == _expected(lines)
-    # Receiver inputs report their records: every line exactly once.
-    assert sum(i.numRecords() for i in collector.batchInfosCompleted) == len(lines)
-
-
-def _produce(bootstrap: str, topic: str, lines: list[str], partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i, line in enumerate(lines):
-        producer.produce(topic, value=line.encode(), key=str(i).encode(),
-                         partition=i % partitions)
-    assert producer.flush(30) == 0, "not every record was delivered"
-
-
-def test_kafka_create_stream_word_count(ssc: StreamingContext, bootstrap: str,
-                                        topic_factory: Callable[..., str],
-                                        unique_name: Callable[[str], str]) -> None:
-    topic = topic_factory("words", partitions=2)
-    lines = _lines(400)
-    _produce(bootstrap, topic, lines, 2)
-    stream = KafkaUtils.createStream(ssc, bootstrap, unique_name("group"), {topic: 1},
-                                     {"auto.offset.reset": "smallest"})
-    totals = _run_word_count(ssc, _word_counts(stream.map(lambda kv: kv[1])), _expected(lines))
-    assert totals == _expected(lines)
-
-
-def test_kafka_create_direct_stream_word_count(ssc: StreamingContext, bootstrap: str,
-                                               topic_factory: Callable[..., str]) -> None:
-    topic = topic_factory("words", partitions=2)
-    lines = _lines(400)
-    _produce(bootstrap, topic, lines, 2)
-    stream = KafkaUtils.createDirectStream(
-        ssc, [topic], {"metadata.broker.list": bootstrap, "auto.offset.reset": "smallest"})
-    keys: list[str] = []
-    stream.foreachRDD(lambda rdd: keys.extend(rdd.keys().collect()))
-    totals = _run_word_count(ssc, _word_counts(stream.map(lambda kv: kv[1])), _expected(lines))
-    assert totals == _expected(lines)
-    assert sorted(keys, key=int) == [str(i) for i in range(len(lines))]
-
-
-def _record_batch(outd: str, t: datetime.datetime, rdd: Any) -> None:
+def _record_batch(outd: str, t: datetime, rdd: Any) -> None:
     """An output that survives the graph being pickled into a checkpoint: one JSON
     file per run of a batch (a re-run writes another), like PySpark's own tests."""
     values = sorted(rdd.collect())

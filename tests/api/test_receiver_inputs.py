@@ -1,0 +1,149 @@
+"""The receiver and Kafka inputs end to end on the session's broker: socketTextStream,
+KafkaUtils.createStream (receiver + WAL) and createDirectStream, each a word count
+that must count every record exactly once."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from driver import KafkaUtils, StreamingContext
+from tests.api.helpers import TIMEOUT, BatchInfoCollector, wait_until
+
+pytestmark = pytest.mark.spark
+
+
+class _LineServer:
+    """A TCP server that sends ``lines`` on the first connection and keeps it open."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.data = "".join(f"{line}\n" for line in lines).encode()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self.connections:
+                conn.sendall(self.data)
+            self.connections.append(conn)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(5)
+        for c in self.connections:
+            c.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def line_server() -> Iterator[Callable[[list[str]], _LineServer]]:
+    servers: list[_LineServer] = []
+
+    def make(lines: list[str]) -> _LineServer:
+        servers.append(_LineServer(lines))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def _word_counts(stream: Any) -> Any:
+    return stream.flatMap(lambda line: line.split(" ")).map(lambda w: (w, 1)) \
+        .reduceByKey(lambda a, b: a + b)
+
+
+def _run_word_count(ssc: StreamingContext, counts_stream: Any, expected: Counter[str],
+                    timeout: float = 90.0) -> Counter[str]:
+    """Sum each batch's counts until they reach ``expected``; then two more batches,
+    which must add nothing (no record counted twice)."""
+    totals: Counter[str] = Counter()
+    batches: list[int] = []
+
+    def add(rdd: Any) -> None:
+        totals.update(dict(rdd.collect()))
+        batches.append(1)
+
+    counts_stream.foreachRDD(add)
+    ssc.start()
+    try:
+        wait_until(lambda: sum(totals.values()) >= sum(expected.values()),
+                   f"{sum(expected.values())} words counted", timeout, ssc)
+        seen = len(batches)
+        wait_until(lambda: len(batches) >= seen + 2, "2 more batches", TIMEOUT, ssc)
+    finally:
+        ssc.stop(False)
+    return totals
+
+
+def _lines(n: int) -> list[str]:
+    words = ["spark", "kafka", "stream", "wal", "receiver"]
+    return [" ".join(words[(i + j) % len(words)] for j in range(i % 4 + 1)) for i in range(n)]
+
+
+def _expected(lines: list[str]) -> Counter[str]:
+    return Counter(w for line in lines for w in line.split(" "))
+
+
+def test_socket_text_stream_word_count(ssc: StreamingContext,
+                                       line_server: Callable[[list[str]], _LineServer]) -> None:
+    lines = _lines(300)
+    server = line_server(lines)
+    collector = BatchInfoCollector()
+    ssc.addStreamingListener(collector)
+    stream = ssc.socketTextStream("127.0.0.1", server.port)
+    totals = _run_word_count(ssc, _word_counts(stream), _expected(lines))
+    assert totals == _expected(lines)
+    # Receiver inputs report their records: every line exactly once.
+    assert sum(i.numRecords() for i in collector.batchInfosCompleted) == len(lines)
+
+
+def _produce(bootstrap: str, topic: str, lines: list[str], partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, line in enumerate(lines):
+        producer.produce(topic, value=line.encode(), key=str(i).encode(),
+                         partition=i % partitions)
+    assert producer.flush(30) == 0, "not every record was delivered"
+
+
+def test_kafka_create_stream_word_count(ssc: StreamingContext, bootstrap: str,
+                                        topic_factory: Callable[..., str],
+                                        unique_name: Callable[[str], str]) -> None:
+    topic = topic_factory("words", partitions=2)
+    lines = _lines(400)
+    _produce(bootstrap, topic, lines, 2)
+    stream = KafkaUtils.createStream(ssc, bootstrap, unique_name("group"), {topic: 1},
+                                     {"auto.offset.reset": "smallest"})
+    totals = _run_word_count(ssc, _word_counts(stream.map(lambda kv: kv[1])), _expected(lines))
+    assert totals == _expected(lines)
+
+
+def test_kafka_create_direct_stream_word_count(ssc: StreamingContext, bootstrap: str,
+                                               topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("words", partitions=2)
+    lines = _lines(400)
+    _produce(bootstrap, topic, lines, 2)
+    stream = KafkaUtils.createDirectStream(
+        ssc, [topic], {"metadata.broker.list": bootstrap, "auto.offset.reset": "smallest"})
+    keys: list[str] = []
+    stream.foreachRDD(lambda rdd: keys.extend(rdd.keys().collect()))
+    totals = _run_word_count(ssc, _word_counts(stream.map(lambda kv: kv[1])), _expected(lines))
+    assert totals == _expected(lines)
+    assert sorted(keys, key=int) == [str(i) for i in range(len(lines))]
