@@ -1,4 +1,4 @@
-"""JobGenerator (+ RecurringTimer): allocation before jobs, failures, cleanup order, restart.
+"""JobGenerator: allocation before jobs, failures, cleanup order, restart.
 
 A ReceivedBlockTracker over an in-memory WAL and a real JobScheduler; the jobs
 are plain Python callables and the batch interval is 100 ms.
@@ -18,16 +18,14 @@ from driver.job_generator import JobGenerator
 from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus
 from driver.received_block_tracker import ReceivedBlockTracker
-from driver.recurring_timer import RecurringTimer
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
+from tests.driver.helpers import INTERVAL, WAIT_S, wait_until
 from wal.handle import RecordHandle
 from walstream.testing.memory_wal import MemoryWriteAheadLog
 
 pytestmark = pytest.mark.timeout(30)
 
-INTERVAL = 100
-WAIT_S = 5.0
 _ids = itertools.count()
 
 
@@ -39,15 +37,6 @@ def block(stream: int = 0, n: int = 10) -> ReceivedBlockInfo:
 
 def ids(blocks: dict[int, tuple[ReceivedBlockInfo, ...]]) -> set[str]:
     return {b.block_id for bs in blocks.values() for b in bs}
-
-
-def wait_until(cond: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 class Harness:
@@ -489,7 +478,7 @@ def test_an_error_generating_jobs_is_reported_and_later_batches_run() -> None:
         h.close()
 
 
-# -- RecurringTimer ------------------------------------------------------------------------
+# -- the timer against a full event queue -------------------------------------------------
 
 
 def test_a_full_event_queue_holds_the_timer_back_and_drops_no_batch() -> None:
@@ -548,46 +537,3 @@ def test_stop_releases_a_timer_blocked_on_a_full_queue() -> None:
     finally:
         release.set()
         scheduler.stop(wait_for_jobs=False)
-
-
-class FakeClock:
-    def __init__(self, now_s: float) -> None:
-        self.now_s = now_s
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-def test_recurring_timer_fires_every_missed_period_in_order() -> None:
-    ticks: list[int] = []
-    clock = FakeClock(10.0)
-    timer = RecurringTimer(INTERVAL, ticks.append, "t", clock=clock)
-    assert timer.start(9_000) == 9_000
-    assert wait_until(lambda: len(ticks) >= 11)
-    time.sleep(0.05)
-    assert ticks == list(range(9_000, 10_001, INTERVAL))  # late ticks not skipped
-    clock.now_s = 10.25
-    assert wait_until(lambda: len(ticks) >= 13)
-    assert timer.stop() == 10_300
-    assert ticks == list(range(9_000, 10_201, INTERVAL))
-
-
-def test_recurring_timer_starts_on_the_next_boundary_and_survives_callback_errors() -> None:
-    ticks: list[int] = []
-
-    def cb(t: int) -> None:
-        ticks.append(t)
-        if len(ticks) == 1:
-            raise RuntimeError("first tick fails")
-
-    clock = FakeClock(12.345)
-    timer = RecurringTimer(INTERVAL, cb, "t", clock=clock)
-    assert timer.start() == 12_400
-    time.sleep(0.05)
-    assert ticks == []
-    clock.now_s = 12.6
-    assert wait_until(lambda: len(ticks) >= 3)
-    started = time.monotonic()
-    assert timer.stop() == 12_700
-    assert time.monotonic() - started < 1.0
-    assert ticks == [12_400, 12_500, 12_600]
