@@ -76,6 +76,27 @@ def threading_is_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_local_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Spark's scratch space (``spark-*``, ``blockmgr-*``) in the session's temp dir.
+
+    A JVM that exits normally deletes its scratch directories; one killed with
+    SIGKILL (the recovery and chaos tests do that on purpose) cannot, and they
+    would pile up in /tmp. Under pytest's basetemp they go with it (pytest keeps
+    the last three). Every JVM the tests start, in-process or in an app
+    subprocess, inherits the variable; one set outside the tests wins.
+    """
+    if os.environ.get("SPARK_LOCAL_DIRS"):
+        yield Path(os.environ["SPARK_LOCAL_DIRS"].split(",")[0])
+        return
+    path = tmp_path_factory.mktemp("spark-local")
+    os.environ["SPARK_LOCAL_DIRS"] = str(path)
+    try:
+        yield path
+    finally:
+        os.environ.pop("SPARK_LOCAL_DIRS", None)
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
