@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from receiver.block import Block, SourceRange
+from receiver.block_generator import BlockGenerator
 from receiver.block_info import ReceivedBlockInfo
 from receiver.items import decode_item
 from receiver.receiver import Receiver
@@ -281,3 +282,12 @@ def wal(request: pytest.FixtureRequest) -> Iterator[MemoryWAL]:
 @pytest.fixture
 def reporter(wal: MemoryWAL) -> FakeReporter:
     return FakeReporter(wal)
+
+
+@pytest.fixture
+def generators() -> Iterator[list[BlockGenerator]]:
+    """Stop every generator a test made, even when the test failed half way."""
+    made: list[BlockGenerator] = []
+    yield made
+    for g in made:
+        g.stop(timeout_s=2.0)
