@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from receiver.block import Block, SourceRange
-from receiver.block_generator import BlockGenerator
+from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from receiver.block_info import ReceivedBlockInfo
 from receiver.items import decode_item
 from receiver.receiver import Receiver
+from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from wal.base import WriteAheadLog
 from wal.errors import RecordNotFoundError, WalClosedError, WalWriteError
 from wal.handle import RecordHandle
@@ -291,3 +292,38 @@ def generators() -> Iterator[list[BlockGenerator]]:
     yield made
     for g in made:
         g.stop(timeout_s=2.0)
+
+
+# -- ReceiverSupervisor tests -------------------------------------------------------------
+
+STREAM = 7
+Script = Callable[[ScriptReceiver], None]
+
+
+@pytest.fixture
+def supervisors() -> Iterator[list[ReceiverSupervisor]]:
+    made: list[ReceiverSupervisor] = []
+    yield made
+    for sup in made:
+        sup.stop("test teardown", None)
+
+
+@pytest.fixture
+def make_sup(
+    supervisors: list[ReceiverSupervisor], wal: MemoryWAL, reporter: FakeReporter
+) -> Callable[..., tuple[ReceiverSupervisor, ScriptReceiver]]:
+    def make(script: Script | None = None, gen: dict[str, Any] | None = None,
+             **cfg: Any) -> tuple[ReceiverSupervisor, ScriptReceiver]:
+        cfg.setdefault("store_backoff_s", 0.01)
+        cfg.setdefault("report_backoff_s", 0.01)
+        cfg.setdefault("restart_delay_s", 0.05)
+        receiver = ScriptReceiver(script)
+        sup = ReceiverSupervisor(
+            receiver, STREAM, wal, reporter,
+            generator_config=BlockGeneratorConfig(**{"block_interval_ms": 20, **(gen or {})}),
+            config=SupervisorConfig(**cfg),
+        )
+        supervisors.append(sup)
+        return sup, receiver
+
+    return make
