@@ -1,4 +1,4 @@
-"""JobScheduler: listener events, BatchInfo, concurrency, job errors, the listener bus.
+"""JobScheduler: listener events, BatchInfo, concurrency, job errors, idleness.
 
 The jobs are plain Python callables: no Spark, no Kafka.
 """
@@ -13,78 +13,14 @@ from typing import Any
 
 import pytest
 
-from driver.batch_info import BatchInfo, OutputOperationInfo
+from driver.batch_info import BatchInfo
 from driver.errors import JobFailedError
-from driver.job_scheduler import Job, JobScheduler
-from driver.listener import ListenerBus, StreamingListener, event
+from driver.job_scheduler import JobScheduler
+from driver.listener import ListenerBus, StreamingListener
+from tests.driver.helpers import WAIT_S
+from tests.driver.scheduler_doubles import Env, job, sleeper
 
 pytestmark = pytest.mark.timeout(30)
-
-WAIT_S = 5.0
-
-
-class Collector(StreamingListener):
-    """Records every batch / output-operation event, with what it showed on delivery."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, int, int | None, Any]] = []  # (kind, batch, op id, info)
-        self.seen: list[dict[str, Any]] = []  # accessor values read at delivery time
-        self.lock = threading.Lock()
-
-    def _batch(self, kind: str, info: BatchInfo) -> None:
-        with self.lock:
-            self.events.append((kind, info.batchTime(), None, info))
-            self.seen.append({"kind": kind, "batch": info.batchTime(),
-                              "start": info.processingStartTime(),
-                              "end": info.processingEndTime()})
-
-    def _op(self, kind: str, op: OutputOperationInfo) -> None:
-        with self.lock:
-            self.events.append((kind, op.batchTime(), op.id(), op))
-            self.seen.append({"kind": kind, "batch": op.batchTime(), "op": op.id(),
-                              "start": op.startTime(), "end": op.endTime(),
-                              "failure": op.failureReason()})
-
-    def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-        self._batch("submitted", batchSubmitted.batchInfo())
-
-    def onBatchStarted(self, batchStarted: Any) -> None:  # noqa: N803
-        self._batch("started", batchStarted.batchInfo())
-
-    def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
-        self._batch("completed", batchCompleted.batchInfo())
-
-    def onOutputOperationStarted(self, outputOperationStarted: Any) -> None:  # noqa: N803
-        self._op("op_started", outputOperationStarted.outputOperationInfo())
-
-    def onOutputOperationCompleted(self, outputOperationCompleted: Any) -> None:  # noqa: N803
-        self._op("op_completed", outputOperationCompleted.outputOperationInfo())
-
-    def kinds(self, batch: int) -> list[tuple[str, int | None]]:
-        return [(k, op) for k, t, op, _ in self.events if t == batch]
-
-    def last(self, kind: str, batch: int) -> Any:
-        return [i for k, t, _, i in self.events if k == kind and t == batch][-1]
-
-
-class Env:
-    def __init__(self, concurrent_jobs: int = 1, capacity: int = 10_000) -> None:
-        self.bus = ListenerBus(capacity)
-        self.collector = Collector()
-        self.bus.add(self.collector)
-        self.bus.start()
-        self.callbacks: list[BatchInfo] = []
-        self.scheduler = JobScheduler(self.bus, concurrent_jobs,
-                                      on_batch_completed=self.callbacks.append)
-
-    def flush(self) -> None:
-        """Wait for the running batches, then deliver every queued event."""
-        assert self.scheduler.wait_idle(WAIT_S)
-        self.bus.stop(WAIT_S)
-
-    def close(self) -> None:
-        self.scheduler.stop(wait_for_jobs=False)
-        self.bus.stop(1.0)
 
 
 @pytest.fixture
@@ -99,14 +35,6 @@ def env2() -> Iterator[Env]:
     e = Env(concurrent_jobs=2)
     yield e
     e.close()
-
-
-def job(t: int, op: int, func: Callable[[], None], name: str | None = None) -> Job:
-    return Job(t, op, name or f"op{op}", func, f"description of op{op}")
-
-
-def sleeper(seconds: float) -> Callable[[], None]:
-    return lambda: time.sleep(seconds)
 
 
 # -- events and BatchInfo -----------------------------------------------------------------
@@ -389,133 +317,3 @@ def test_stopped_scheduler_runs_no_new_batches() -> None:
     assert s.wait_idle(0.5)
     assert ran == []
     assert s.pending_times() == []
-
-
-# -- the listener bus ---------------------------------------------------------------------
-
-
-def test_a_slow_listener_does_not_block_batches() -> None:
-    e = Env()
-    release = threading.Event()
-
-    class Slow(StreamingListener):
-        def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-            release.wait(WAIT_S)
-
-    try:
-        e.bus._listeners.insert(0, Slow())
-        started = time.monotonic()
-        for t in (1000, 2000, 3000):
-            e.scheduler.submit_job_set([job(t, 0, lambda: None)], t, {0: 1})
-        assert e.scheduler.wait_idle(2.0)
-        assert time.monotonic() - started < 2.0
-        assert [i.batchTime() for i in e.scheduler.completed] == [1000, 2000, 3000]
-        assert e.collector.events == []  # still stuck in the slow listener
-        release.set()
-        e.bus.stop(WAIT_S)
-        assert len(e.collector.events) == 15  # 5 events per batch, none lost
-        assert e.bus.dropped == 0
-    finally:
-        release.set()
-        e.close()
-
-
-def test_a_full_bus_drops_and_counts_instead_of_blocking() -> None:
-    e = Env(capacity=3)
-    release = threading.Event()
-    delivered: list[str] = []
-
-    class Stuck(StreamingListener):
-        def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-            delivered.append("submitted")
-            release.wait(WAIT_S)
-
-    try:
-        e.bus._listeners.insert(0, Stuck())
-        started = time.monotonic()
-        for t in (1000, 2000, 3000, 4000):
-            e.scheduler.submit_job_set([job(t, 0, lambda: None)], t, {})
-        assert e.scheduler.wait_idle(2.0)
-        assert time.monotonic() - started < 2.0
-        # 20 events posted, at most 1 being delivered + 3 queued.
-        assert e.bus.dropped >= 16
-        release.set()
-        e.bus.stop(WAIT_S)
-        assert len(e.collector.events) + e.bus.dropped == 20
-    finally:
-        release.set()
-        e.close()
-
-
-def test_bus_post_never_blocks_and_stop_delivers_queued_events() -> None:
-    bus = ListenerBus(capacity=2)
-    got: list[int] = []
-
-    class L(StreamingListener):
-        def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-            got.append(batchSubmitted.n())
-
-    bus.add(L())
-    for n in range(5):  # not started: 2 queued, 3 dropped, nothing blocks
-        bus.post("onBatchSubmitted", event(n=n))
-    assert bus.dropped == 3
-    bus.start()
-    bus.stop(WAIT_S)
-    assert got == [0, 1]
-
-
-def test_a_failing_listener_does_not_stop_delivery() -> None:
-    bus = ListenerBus()
-    got: list[str] = []
-
-    class Bad(StreamingListener):
-        def onBatchStarted(self, batchStarted: Any) -> None:  # noqa: N803
-            raise RuntimeError("listener bug")
-
-    class Good(StreamingListener):
-        def onBatchStarted(self, batchStarted: Any) -> None:  # noqa: N803
-            got.append("started")
-
-    bus.add(Bad())
-    bus.add(Good())
-    bus.start()
-    s = JobScheduler(bus)
-    try:
-        s.submit_job_set([job(1000, 0, lambda: None)], 1000, {})
-        s.submit_job_set([job(2000, 0, lambda: None)], 2000, {})
-        assert s.wait_idle(WAIT_S)
-        bus.stop(WAIT_S)
-        assert got == ["started", "started"]
-    finally:
-        s.stop()
-
-
-def test_bus_stop_is_bounded_when_a_listener_hangs() -> None:
-    """stop(timeout_s) must return even when the queue is full behind a stuck listener."""
-    bus = ListenerBus(capacity=1)
-    release = threading.Event()
-
-    class Stuck(StreamingListener):
-        def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-            release.wait(WAIT_S * 2)
-
-    bus.add(Stuck())
-    bus.start()
-    try:
-        bus.post("onBatchSubmitted", event())
-        deadline = time.monotonic() + WAIT_S
-        while bus._queue.qsize() and time.monotonic() < deadline:  # the stuck one took it
-            time.sleep(0.01)
-        bus.post("onBatchSubmitted", event())  # fills the queue
-        started = time.monotonic()
-        done = threading.Event()
-        def stop() -> None:
-            bus.stop(0.3)
-            done.set()
-
-        th = threading.Thread(target=stop, daemon=True)
-        th.start()
-        assert done.wait(3.0), "ListenerBus.stop(0.3) hung on a full queue"
-        assert time.monotonic() - started < 3.0
-    finally:
-        release.set()
