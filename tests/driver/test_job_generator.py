@@ -1,4 +1,6 @@
-"""JobGenerator: allocation before jobs, failures, cleanup order, restart.
+"""JobGenerator: allocation before jobs, failures, cleanup order, checkpoints, stop.
+
+Restarts (resubmitted and deferred batches) are in test_job_generator_restart.py.
 
 A ReceivedBlockTracker over an in-memory WAL and a real JobScheduler; the jobs
 are plain Python callables and the batch interval is 100 ms.
@@ -9,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -18,93 +20,11 @@ from driver.job_generator import JobGenerator
 from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus
 from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
+from tests.driver.generator_harness import Harness, block, ids
 from tests.driver.helpers import INTERVAL, WAIT_S, wait_until
-from wal.handle import RecordHandle
 from walstream.testing.memory_wal import MemoryWriteAheadLog
 
 pytestmark = pytest.mark.timeout(30)
-
-_ids = itertools.count()
-
-
-def block(stream: int = 0, n: int = 10) -> ReceivedBlockInfo:
-    i = next(_ids)
-    return ReceivedBlockInfo(stream, f"input-{stream}-{i}", n, RecordHandle("rwal", 0, i),
-                             (SourceRange("src", stream, i * n, (i + 1) * n),))
-
-
-def ids(blocks: dict[int, tuple[ReceivedBlockInfo, ...]]) -> set[str]:
-    return {b.block_id for bs in blocks.values() for b in bs}
-
-
-class Harness:
-    """Tracker + scheduler + generator; each batch's job records what it saw."""
-
-    def __init__(self, cleanup: bool = True,
-                 checkpointer: Callable[[int, Callable[[], None] | None], None] | None = None,
-                 generate: Callable[[int], list[Job]] | None = None,
-                 job_s: float = 0.0, max_events: int = 10_000) -> None:
-        self.job_s = job_s
-        self.wal = MemoryWriteAheadLog()
-        self.tracker = ReceivedBlockTracker([0, 1], self.wal)
-        self.lock = threading.Lock()
-        self.at_generation: dict[int, set[str]] = {}  # t -> blocks of t when jobs were built
-        self.seen: dict[int, set[str]] = {}  # t -> blocks of t when the job ran
-        self.generated: list[int] = []
-        self.cleaned: list[int] = []
-        self.scheduler = JobScheduler(ListenerBus(),
-                                      on_batch_completed=lambda i: self.gen.on_batch_completed(i))
-        self.gen = JobGenerator(self.tracker, INTERVAL, generate or self.generate_jobs,
-                                self.scheduler, cleanup=self.cleanup if cleanup else None,
-                                checkpointer=checkpointer, max_events=max_events)
-
-    def generate_jobs(self, t: int) -> list[Job]:
-        with self.lock:
-            self.generated.append(t)
-            self.at_generation[t] = ids(self.tracker.get_blocks_of_batch(t))
-
-        def run() -> None:
-            with self.lock:
-                self.seen[t] = ids(self.tracker.get_blocks_of_batch(t))
-            time.sleep(self.job_s)
-        return [Job(t, 0, "collect", run)]
-
-    def cleanup(self, t: int) -> None:
-        with self.lock:
-            self.cleaned.append(t)
-
-    def completed_times(self) -> list[int]:
-        return [i.batchTime() for i in self.scheduler.completed]
-
-    def records(self, t: int) -> dict[int, int]:
-        return next(i.num_records_per_stream for i in self.scheduler.completed
-                    if i.batchTime() == t)
-
-    def batch_with(self, block_id: str) -> int | None:
-        with self.lock:
-            return next((t for t, s in sorted(self.seen.items()) if block_id in s), None)
-
-    def restart(self, times: list[int]) -> int:
-        """Resubmit ``times`` as a restart does and start with a timer that stays
-        quiet for an hour; returns the timer's first time."""
-        self.gen.resubmit(times)
-        far = (int(time.time() * 1000) // INTERVAL + 36_000) * INTERVAL
-        assert self.gen.start(far) == far
-        return far
-
-    def close(self) -> None:
-        self.gen.stop(timeout_s=2)
-        self.scheduler.stop(wait_for_jobs=False)
-
-
-@pytest.fixture
-def h() -> Iterator[Harness]:
-    harness = Harness()
-    yield harness
-    harness.close()
-
 
 def test_blocks_are_allocated_before_jobs_are_generated(h: Harness) -> None:
     b0, c0 = block(0, 5), block(1, 7)
@@ -240,167 +160,6 @@ def test_a_checkpointer_is_asked_after_each_batch_even_without_cleanup() -> None
         assert wait_until(lambda: len([c for c in cp.calls if c[0] == first]) == 2)
         assert next(c for c in cp.calls if c[0] == first) == (first, False)
         cp.release()  # a callback, when given, is harmless to call
-    finally:
-        h.close()
-
-
-def test_resubmit_generates_past_times_in_order_with_their_logged_blocks() -> None:
-    h = Harness()
-    try:
-        # A recovered tracker: batch 1000 was allocated (b0) before the crash, b1 came later.
-        b0, b1 = block(0, 2), block(1, 6)
-        assert h.tracker.add_block(b0)
-        h.tracker.allocate_blocks_to_batch(1000)
-        assert h.tracker.add_block(b1)
-        far = h.restart([3000, 1000, 2000])
-        assert wait_until(lambda: len(h.completed_times()) == 3)
-        assert h.generated == [1000, 2000, 3000]
-        assert h.completed_times() == [1000, 2000, 3000]
-        assert h.seen[1000] == {b0.block_id}  # a re-run gets exactly the logged blocks
-        assert h.seen[2000] == {b1.block_id}
-        assert h.seen[3000] == set()
-        assert h.records(1000) == {0: 2, 1: 0}
-        assert h.records(2000) == {0: 0, 1: 6}
-        assert h.gen.stop(timeout_s=2) == far  # the timer never fired
-    finally:
-        h.close()
-
-
-def test_resubmitted_times_are_checkpointed_at_completion_only() -> None:
-    # The restored checkpoint already re-runs them; a generate-time checkpoint per
-    # resubmitted batch only competed with the first recovered batch for the CPU.
-    calls: list[tuple[int, bool]] = []
-
-    def checkpointer(t: int, on_done: Callable[[], None] | None) -> None:
-        calls.append((t, on_done is None))
-        if on_done is not None:
-            on_done()
-
-    h = Harness(checkpointer=checkpointer)
-    try:
-        h.restart([1000, 2000])
-        assert wait_until(lambda: len(h.completed_times()) == 2)
-        assert wait_until(lambda: len(calls) == 2)
-        assert calls == [(1000, False), (2000, False)]  # completion checkpoints only
-        assert h.cleaned == [1000, 2000]
-    finally:
-        h.close()
-
-
-def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> None:
-    # Generating all resubmitted batches at once competed with the first recovered
-    # batch for the driver; now only the next one is generated while one runs.
-    h = Harness(job_s=0.5)
-    try:
-        blocks = [block(0, 1) for _ in range(5)]
-        for i, b in enumerate(blocks[:4]):  # four batches allocated before the crash
-            assert h.tracker.add_block(b)
-            h.tracker.allocate_blocks_to_batch(1000 * (i + 1))
-        assert h.tracker.add_block(blocks[4])  # received, not allocated: the down time
-        times = [1000, 2000, 3000, 4000, 5000, 6000]
-        h.restart(times)
-        assert wait_until(lambda: 1000 in h.seen)  # the first batch runs
-        # Every time is allocated (logged) in order at once, while at most the next
-        # batch is built: 5000 took the waiting block.
-        assert wait_until(lambda: h.tracker.allocated_batch_times() == times)
-        with h.lock:
-            assert h.generated in ([1000], [1000, 2000])
-        assert ids(h.tracker.get_blocks_of_batch(5000)) == {blocks[4].block_id}
-        # While 1000 runs (0.5 s) 2000 is built, and no more; the checkpoint's pending
-        # list still holds every batch not completed.
-        assert wait_until(lambda: h.generated == [1000, 2000])
-        time.sleep(0.1)
-        with h.lock:
-            assert h.generated == [1000, 2000] and 1000 not in h.completed_times()
-        assert h.gen.pending_times() == times
-        assert wait_until(lambda: len(h.completed_times()) == 6)
-        assert h.generated == times and h.completed_times() == times
-        assert [h.seen[t] for t in times] == [{b.block_id} for b in blocks] + [set()]
-        assert h.gen.pending_times() == []
-    finally:
-        h.close()
-
-
-def test_a_deferred_batch_counts_its_wait_from_its_allocation() -> None:
-    h = Harness(job_s=0.5)
-    try:
-        started = time.time() * 1000
-        h.restart([1000, 2000, 3000])
-        assert wait_until(lambda: len(h.completed_times()) == 3)
-        last = h.scheduler.completed[-1]
-        # 3000 was generated only after 1000 finished (~0.5 s), yet it was submitted
-        # (allocated) at the restart, so its scheduling delay shows the ~1 s it waited.
-        assert last.submission_time_ms < started + 400
-        assert last.schedulingDelay() >= 800
-    finally:
-        h.close()
-
-
-def test_a_checkpoint_written_while_batches_are_deferred_lists_them_pending() -> None:
-    pending_at: dict[int, list[int]] = {}
-    h: Harness
-
-    def checkpointer(t: int, on_done: Callable[[], None] | None) -> None:
-        if on_done is not None:
-            pending_at[t] = h.gen.pending_times()
-            on_done()
-
-    h = Harness(checkpointer=checkpointer, job_s=0.2)
-    try:
-        h.restart([1000, 2000, 3000, 4000])
-        assert wait_until(lambda: len(pending_at) == 4)
-        # At 1000's completion 3000 and 4000 were not generated yet: a crash then must
-        # re-run them, so the checkpoint names them.
-        assert pending_at[1000] == [2000, 3000, 4000]
-        assert pending_at[4000] == []
-    finally:
-        h.close()
-
-
-def test_a_graceful_stop_runs_the_deferred_batches_first() -> None:
-    # Quick jobs: the scheduler is idle for a moment between two batches while the
-    # generator still holds deferred ones; the stop must wait for those, not for idle.
-    h = Harness()
-    try:
-        times = list(range(1000, 41_000, 1000))
-        h.restart(times)
-        assert wait_until(lambda: 1000 in h.seen)
-        h.gen.stop(drain=lambda: True, timeout_s=WAIT_S)
-        assert h.completed_times() == times
-        assert h.cleaned == times
-    finally:
-        h.close()
-
-
-def test_a_graceful_stop_out_of_time_submits_every_deferred_batch() -> None:
-    h = Harness(job_s=0.3)
-    try:
-        times = list(range(1000, 11_000, 1000))
-        h.restart(times)
-        assert wait_until(lambda: 1000 in h.seen)
-        # 10 x 0.3 s of jobs cannot finish in 0.5 s: the stop gives up waiting, but
-        # builds and submits every batch first rather than dropping the deferred ones.
-        stop_started = time.monotonic()
-        h.gen.stop(drain=lambda: True, timeout_s=0.5)
-        # Bounded: not the ~2.7 s the rest of the jobs take one after another.
-        assert time.monotonic() - stop_started < 2.0
-        with h.lock:
-            assert h.generated == times
-        assert h.scheduler.pending_times() == [t for t in times if t not in
-                                               h.completed_times()]
-    finally:
-        h.close()
-
-
-def test_more_resubmitted_times_than_the_event_queue_holds_do_not_hang_the_start() -> None:
-    h = Harness(max_events=5)
-    try:
-        times = list(range(1000, 41_000, 1000))  # 40 times, a queue of 5
-        started = threading.Thread(target=h.restart, args=(times,), daemon=True)
-        started.start()
-        started.join(WAIT_S)
-        assert not started.is_alive()
-        assert wait_until(lambda: h.completed_times() == times)
     finally:
         h.close()
 
