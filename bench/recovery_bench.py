@@ -74,7 +74,7 @@ from bench.common import (
     machine_info,
     write_results,
 )
-from bench.peer_bench import ROOT, App, LineServer, Phase, _wait_connected
+from bench.peer_apps import ROOT, App, LineServer, Phase, wait_connected
 from bench.recovery_render import plot, plot_kill, render
 from bench.recovery_runs import (
     BLOCK_MS,
@@ -150,7 +150,7 @@ def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
     out: list[Recovery] = []
     try:
         for s in servers:
-            _wait_connected(s, apps[0], 120)
+            wait_connected(s, apps[0], 120)
         if history is None:  # 1. history
             servers[0].run_phase(Phase(RATE), history_s)
         else:

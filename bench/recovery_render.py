@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stat, finish_plot, md_facts, md_table, pyplot, with_gaps
-from bench.peer_bench import _label
+from bench.peer_apps import impl_label
 from bench.recovery_runs import (
     RATE,
     SETTLE_S,
@@ -66,7 +66,7 @@ def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) ->
         for key, style in (("first", "-o"), ("caught", "--s")):
             ys = [_median(getattr(cells[(impl, b)], key)) for b in backlogs]
             what = "first batch" if key == "first" else "caught up"
-            ax.plot(xs, ys, style, label=f"{_label(impl)}: {what}")
+            ax.plot(xs, ys, style, label=f"{impl_label(impl)}: {what}")
     return finish_plot(plt, fig, ax, path, log_x=True,
                        title="Driver SIGKILL, restart with getOrCreate (medians)",
                        xlabel="backlog at the SIGKILL (blocks)",
@@ -86,7 +86,7 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
         xs, ys = with_gaps([(w - r.kill_wall, float(n)) for w, n in r.timeline
                             if w - r.kill_wall >= -40], gap=3.0)
         ax.plot(xs, ys, ".-", markersize=3,
-                label=f"{_label(r.impl)} (restart command at "
+                label=f"{impl_label(r.impl)} (restart command at "
                       f"+{r.restart_wall - r.kill_wall:.1f} s)")
     ax.axvline(0, color="red", linestyle="--", linewidth=0.8, label="SIGKILL")
     return finish_plot(plt, fig, ax, path,

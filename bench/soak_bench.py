@@ -56,7 +56,7 @@ from bench.common import (
     with_gaps,
     write_results,
 )
-from bench.peer_bench import ROOT, App, LineServer, Phase
+from bench.peer_apps import ROOT, App, LineServer, Phase
 from bench.recovery_bench import measure
 from bench.recovery_runs import BLOCK_MS, Recovery
 from bench.soak_probe import (

@@ -1,4 +1,4 @@
-"""The peer benchmark's line server (``bench.peer_bench.LineServer``)."""
+"""The peer benchmark's line server (``bench.peer_apps.LineServer``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from bench.peer_bench import LineServer, Phase
+from bench.peer_apps import LineServer, Phase
 
 
 def _client(server: LineServer) -> socket.socket:
