@@ -155,42 +155,52 @@ def run_length(files: Sequence[Path] | None = None,
 
 
 #: Every recovery-against-backlog result, for one plot from 10^2 to 10^5 blocks.
-BACKLOG_FILES = ("RESULTS-recovery.json", "RESULTS-recovery-large.json",
-                 "RESULTS-recovery-huge.json")
+BACKLOG_FILES = ("RESULTS-recovery.json", "RESULTS-recovery-lookahead.json",
+                 "RESULTS-recovery-large.json", "RESULTS-recovery-huge.json")
 BACKLOG_PLOT = "recovery-all-backlogs.png"
 
+Series = tuple[str, int, str]  # (system, receivers, CPU)
 
-def backlog_points(files: Sequence[Path]) -> dict[tuple[str, int], list[tuple[float, float]]]:
-    """(system, receivers) -> [(median blocks, median first batch s)], from every
-    file that exists, at every backlog each one measured."""
-    points: dict[tuple[str, int], list[tuple[float, float]]] = {}
+
+def _cpu_kind(json_path: Path) -> str:
+    """The CPU model of a results file (``2 cores, AMD EPYC`` -> ``AMD EPYC``)."""
+    return provenance(json_path).get("CPU", "?").split(", ", 1)[-1]
+
+
+def backlog_points(files: Sequence[Path]) -> dict[Series, list[tuple[float, float]]]:
+    """(system, receivers, CPU) -> [(median blocks, median first batch s)], from every
+    file that exists, at every backlog each one measured. The CPU is part of the key:
+    the sessions ran on two CPU kinds, and a line must not join points from both."""
+    points: dict[Series, list[tuple[float, float]]] = {}
     for path in files:
         if not path.exists():
             continue
         data = json.loads(path.read_text())
         receivers = int(data.get("receivers", 1))
+        cpu = _cpu_kind(path)
         for impl, cells in data["cells"].items():
             for cell in cells.values():
                 first = _med(cell["first"])
                 if cell["blocks"] and first == first:
-                    points.setdefault((impl, receivers), []).append(
+                    points.setdefault((impl, receivers, cpu), []).append(
                         (statistics.median(cell["blocks"]), first))
     return {k: sorted(v) for k, v in points.items()}
 
 
-def plot_backlogs(points: dict[tuple[str, int], list[tuple[float, float]]],
-                  path: Path) -> bool:
+def plot_backlogs(points: dict[Series, list[tuple[float, float]]], path: Path) -> bool:
     """First batch after the restart against the backlog, both systems, one line per
-    receiver count (a large backlog is built with more receivers)."""
+    receiver count (a large backlog is built with more receivers) and CPU kind."""
     plt = pyplot()
     if plt is None or not points:
         return False
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for (impl, receivers), xy in sorted(points.items()):
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    markers = {cpu: m for m, cpu in zip("osD^v", sorted({k[2] for k in points}), strict=False)}
+    for (impl, receivers, cpu), xy in sorted(points.items()):
         name = "Spark receiver WAL" if impl == "spark" else "walstream"
-        ax.plot([x for x, _ in xy], [y for _, y in xy], "-o" if receivers == 1 else ":s",
+        ax.plot([x for x, _ in xy], [y for _, y in xy],
+                ("-" if receivers == 1 else ":") + markers.get(cpu, "o"),
                 color="tab:blue" if impl == "ours" else "tab:orange",
-                label=f"{name}, {receivers} receiver(s)")
+                label=f"{name}, {receivers} receiver(s), {cpu}")
     ax.set_ylim(bottom=0)
     return finish_plot(plt, fig, ax, path, log_x=True,
                        title="Recovery against backlog (medians; see each results file for runs)",

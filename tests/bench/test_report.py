@@ -79,16 +79,22 @@ def test_spark_ratio_flagged_when_it_recovered_on_another_master(tmp_path: Path)
             "history, on local[*] after the long one)") in line
 
 
-def test_backlog_points_gather_every_file_by_receivers(tmp_path: Path) -> None:
+def test_backlog_points_gather_every_file_by_receivers_and_cpu(tmp_path: Path) -> None:
     small = _write(tmp_path / "a.json", 60, [8.0, 9.0, 7.0], [6.0, 5.0, None])
     large = tmp_path / "b.json"
     large.write_text(json.dumps({
         "history_s": 60, "receivers": 10, "cells": {
             "ours": {"100000": {"first": [20.0], "caught": [None], "blocks": [100230]}},
             "spark": {"100000": {"first": [None], "caught": [None], "blocks": [100100]}}}}))
-    points = backlog_points([small, large, tmp_path / "missing.json"])
-    assert points == {("spark", 1): [(1000, 8.0)], ("ours", 1): [(1000, 5.5)],
-                      ("ours", 10): [(100230, 20.0)]}  # a run with no first batch: no point
+    other = _write(tmp_path / "c.json", 60, [12.0], [9.0], cpu="2 cores, Other CPU")
+    points = backlog_points([small, large, other, tmp_path / "missing.json"])
+    # A run with no first batch gives no point; one from another CPU kind (or with no
+    # results file to name it) a line of its own, never joined to the others.
+    assert points == {("spark", 1, "Some CPU"): [(1000, 8.0)],
+                      ("ours", 1, "Some CPU"): [(1000, 5.5)],
+                      ("ours", 10, "?"): [(100230, 20.0)],
+                      ("spark", 1, "Other CPU"): [(1000, 12.0)],
+                      ("ours", 1, "Other CPU"): [(1000, 9.0)]}
 
 
 def test_restart_caveat_only_for_runs_without_spark_master(tmp_path: Path) -> None:
