@@ -53,7 +53,7 @@ bench: setup
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 10000 --receivers 10 \
 		--runs 3 --restart-timeout 150 --out bench/RESULTS-recovery-large.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 100000 --receivers 10 \
-		--runs 1 --restart-timeout 240 --out bench/RESULTS-recovery-huge.md
+		--runs 3 --restart-timeout 240 --out bench/RESULTS-recovery-huge.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
 		--out bench/RESULTS-recovery-kills.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
