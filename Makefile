@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test unit integration lint bench chaos clean prereqs
+.PHONY: setup demo test unit integration lint bench bench-smoke chaos clean prereqs
 
 prereqs:
 	@scripts/check-prereqs.sh $(PYTHON)
@@ -60,6 +60,22 @@ bench: setup
 		--history-s 1800 --out bench/RESULTS-recovery-history.md
 	$(BIN)/python -m bench.soak_bench --size full
 	$(BIN)/python -m bench.report
+
+# Every benchmark once at its small size (~20 min), into build/bench-smoke/: shows
+# `make bench` works on this machine without its ~9 hours. Small runs are not results.
+SMOKE_OUT := build/bench-smoke
+bench-smoke: setup
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	rm -rf $(SMOKE_OUT) && mkdir -p $(SMOKE_OUT)
+	$(BIN)/python -m bench.wal_bench --size small --runs 1 --out $(SMOKE_OUT)/RESULTS-wal.md
+	$(BIN)/python -m bench.ingest_bench --size small --runs 1 --out $(SMOKE_OUT)/RESULTS-ingest.md
+	$(BIN)/python -m bench.addblock_bench --reporters 8 --seconds 2 --runs 1 \
+		--out $(SMOKE_OUT)/RESULTS-addblock.md
+	$(BIN)/python -m bench.peer_bench --size small --runs 1 --out $(SMOKE_OUT)/RESULTS-peer.md
+	$(BIN)/python -m bench.recovery_bench --size small --backlogs 100 --runs 1 \
+		--out $(SMOKE_OUT)/RESULTS-recovery.md
+	$(BIN)/python -m bench.soak_bench --size small --runs 1 --out $(SMOKE_OUT)/RESULTS-soak.md
+	@ls $(SMOKE_OUT)/*.md && echo "bench-smoke: every benchmark ran; results in $(SMOKE_OUT)/"
 
 # The long chaos soak (the bounded version runs in `make test`). Every knob can be
 # set: make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10

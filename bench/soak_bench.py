@@ -344,6 +344,11 @@ def default_rate() -> float:
     return 4000.0
 
 
+def plot_path(out: Path) -> Path:
+    """RESULTS-soak.md -> soak.png beside it; another --out (RESULTS-soak-gc.md) its own."""
+    return out.with_name(out.stem.replace("RESULTS-", "") + ".png")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-soak.md")
     ap.add_argument("--rate", type=float, default=None)
@@ -354,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     raw = args.out.with_suffix(".json")
-    png = args.out.parent / "soak.png"
+    png = plot_path(args.out)
     soaks: list[Soak] = []
     if args.rerender:
         saved = json.loads(raw.read_text())

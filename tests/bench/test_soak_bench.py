@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from bench.recovery_runs import Recovery
-from bench.soak_bench import SIZES, Soak, memory_rows, render, series_growth
+from bench.soak_bench import SIZES, Soak, memory_rows, plot_path, render, series_growth
 from bench.soak_probe import PARTS
 
 WARMUP_S = 300.0
@@ -72,3 +73,8 @@ def test_runs_survive_the_json_round_trip_and_render_the_same() -> None:
     assert strip == [line for line in again.splitlines() if not line.startswith("Generated")]
     assert "First batch **5.8 [5.0, 6.5] s**" in first
     assert "2 runs, each on a broker and app of its own" in first
+
+
+def test_each_results_file_gets_its_own_plot_beside_it() -> None:
+    assert plot_path(Path("bench/RESULTS-soak.md")) == Path("bench/soak.png")
+    assert plot_path(Path("out/RESULTS-soak-gc.md")) == Path("out/soak-gc.png")
