@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.data import CheckpointData
 from checkpoint.errors import CheckpointError, IncompatibleGraphError
 from checkpoint.files import read_latest
+from walstream import worker_daemon
 from walstream.jvm_archive import use_archive
 
 if TYPE_CHECKING:
@@ -108,6 +109,10 @@ def recovered_conf(saved: dict[str, str], new: dict[str, str]) -> dict[str, str]
     environment's master, driver host and ports (conf recovery picks up a new master)."""
     out = {k: v for k, v in saved.items() if k not in DROPPED_CONF}
     out.update({k: new[k] for k in RELOADED_CONF if k in new})
+    # The restarted executor's workers fork from a daemon that has already imported
+    # their modules (walstream/worker_daemon.py): they all start at once on the way
+    # to the first batch. An application's own choice stands.
+    out.setdefault(worker_daemon.CONF_KEY, worker_daemon.MODULE)
     return out
 
 

@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Any
 
+from walstream import worker_daemon
 from walstream.jvm_archive import use_archive
 
 
@@ -29,6 +30,9 @@ def create_spark_context(
     sconf.set("spark.ui.showConsoleProgress", "false")
     sconf.set("spark.ui.enabled", os.environ.get("WALSTREAM_SPARK_UI", "false"))
     sconf.set("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+    # Workers fork from a daemon that has already imported their modules
+    # (walstream/worker_daemon.py says why); an application's own choice stands.
+    sconf.set(worker_daemon.CONF_KEY, worker_daemon.MODULE)
     for k, v in (conf or {}).items():
         sconf.set(k, v)
     sc = SparkContext.getOrCreate(sconf)

@@ -92,3 +92,10 @@ def test_conf_recovery_takes_master_host_and_ports_from_the_new_environment() ->
     assert got["spark.app.name"] == "wc"
     assert "spark.app.id" not in got  # a new application attempt
     assert got["spark.ui.port"] == "4040"  # not set anew: the saved one
+
+
+def test_a_restored_context_forks_its_workers_from_the_preloading_daemon() -> None:
+    assert recovered_conf({"spark.app.name": "wc"}, {})["spark.python.daemon.module"] \
+        == "walstream.worker_daemon"
+    own = {"spark.python.daemon.module": "pyspark.daemon"}
+    assert recovered_conf(own, {})["spark.python.daemon.module"] == "pyspark.daemon"
