@@ -22,6 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from walstream.kafka_logging import with_logger
+
 #: The raw confluent-kafka producer every benchmark compares against: what a user
 #: would choose for throughput (librdkafka defaults plus acks=all and idempotence,
 #: linger.ms=5 as BROKER.md measured), asynchronous with delivery callbacks.
@@ -227,9 +229,9 @@ def bench_broker() -> Iterator[BenchBroker]:
 def admin_client(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(
+    return AdminClient(with_logger(
         {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 10_000}
-    )
+    ))
 
 
 def create_topic(admin: Any, topic: str, partitions: int = 1, timeout_s: float = 30.0) -> None:

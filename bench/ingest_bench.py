@@ -86,6 +86,7 @@ from bench.ingest_config import (
 )
 from bench.ingest_profile import profile_run
 from bench.ingest_render import render
+from walstream.kafka_logging import with_logger
 from walstream.testing.standalone import standalone_cluster
 
 # -- records and the raw baseline --------------------------------------------------------
@@ -112,7 +113,7 @@ def produce(bootstrap: str, topic: str, size: int, n: int, warm: bool = False) -
     """
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, **RAW_PRODUCER_CONFIG})
+    producer = Producer(with_logger({"bootstrap.servers": bootstrap, **RAW_PRODUCER_CONFIG}))
     pool = value_pool(size)
     mask = len(pool) - 1
     failed: list[str] = []
@@ -169,8 +170,9 @@ def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     t0 = time.perf_counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = Consumer(with_logger({
+        "bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest"}))
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         got = 0

@@ -30,6 +30,7 @@ from wal import (
     RecordHandle,
     WriteAheadLog,
 )
+from walstream.kafka_logging import with_logger
 
 MB = 1_000_000  # throughput unit: 10^6 bytes
 KIB, MIB = 1024, 1024 * 1024
@@ -129,7 +130,7 @@ def raw_throughput(bootstrap: str, record_size: int, writers: int, total_bytes: 
     config = raw_producer_config(bootstrap, record_size)
     if blocking:
         config["linger.ms"] = 0  # a writer waiting per record gains nothing from lingering
-    producer = Producer(config)
+    producer = Producer(with_logger(config))
     lock = threading.Lock()
     delivered = [0]
     errors: list[Any] = []

@@ -28,6 +28,7 @@ from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.handle import RecordHandle
 from wal.reader import FETCH_WAIT_MS
+from walstream.kafka_logging import with_logger
 
 if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
@@ -45,7 +46,7 @@ def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_
     conf = {"bootstrap.servers": bootstrap, "group.id": "walstream-direct-reader",
             "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "error", "fetch.wait.max.ms": FETCH_WAIT_MS}
-    consumer = Consumer(conf)
+    consumer = Consumer(with_logger(conf))
     try:
         for topic, partition, start, until in ranges:
             if until <= start:
@@ -122,11 +123,11 @@ class DirectKafkaInputDStream(DStream):
         if self._closed:
             raise StreamClosedError(f"direct stream {self.stream_id} is closed (context stopped)")
         if self._consumer is None:
-            self._consumer = Consumer({"bootstrap.servers": self.bootstrap,
+            self._consumer = Consumer(with_logger({"bootstrap.servers": self.bootstrap,
                                        "group.id": "walstream-direct-probe",
                                        "enable.auto.commit": False,
                                        "enable.partition.eof": True,
-                                       "fetch.wait.max.ms": FETCH_WAIT_MS})
+                                       "fetch.wait.max.ms": FETCH_WAIT_MS}))
         return self._consumer
 
     def close(self) -> None:

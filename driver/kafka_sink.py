@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from walstream.errors import ConfigError
+from walstream.kafka_logging import with_logger
 
 H_BATCH, H_PART, H_ATTEMPT, H_SEQ, H_COMMIT = (
     "walstream.batch", "walstream.part", "walstream.attempt", "walstream.seq",
@@ -87,7 +88,7 @@ class KafkaSink:
         conf = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
                 "delivery.timeout.ms": int(self.timeout_s * 1000), **self.producer_config,
                 "acks": "all", "enable.idempotence": True}
-        producer = Producer(conf)
+        producer = Producer(with_logger(conf))
         attempt = uuid.uuid4().hex.encode()
         kafka_part = zlib.crc32(f"{batch_ms}-{part}".encode()) % self.partitions
         base = [(H_BATCH, str(batch_ms).encode()), (H_PART, str(part).encode()),
@@ -140,10 +141,10 @@ def read_exactly_once(bootstrap_servers: str, topic: str, timeout_s: float = 30.
     ``(batch, part)``, reading the topic from the start to its current end."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers,
+    consumer = Consumer(with_logger({"bootstrap.servers": bootstrap_servers,
                          "group.id": f"walstream-sink-reader-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest"}))
     try:
         md = consumer.list_topics(topic, timeout=timeout_s)
         parts = sorted(md.topics[topic].partitions) if topic in md.topics else []

@@ -41,6 +41,7 @@ from driver.spark import create_spark_context
 from receiver import BlockGeneratorConfig, KafkaReceiver, ReceiverSupervisor
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream import broker, procs
+from walstream.kafka_logging import with_logger
 
 WORDS = ("kafka", "spark", "stream", "block", "batch", "driver", "receiver", "wal",
          "replay", "offset", "commit", "checkpoint")
@@ -70,8 +71,8 @@ def generate(bootstrap: str, topic: str, seconds: float, rate: int, seed: int,
              written: Counter[str], lines_out: list[int], done: threading.Event) -> None:
     """Write seeded random lines of words for ``seconds``; count every word written."""
     rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(with_logger({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5}))
     end = time.monotonic() + seconds
     lines = 0
     try:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with kafka_cluster() as bootstrap:
         topic = f"demo-words-{run}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
         admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(timeout=30)
 
         sc = create_spark_context("walstream-demo")

@@ -24,6 +24,7 @@ from receiver.errors import BlockGeneratorStoppedError
 from receiver.items import encode_utf8_pair
 from receiver.receiver import Receiver
 from walstream.errors import ConfigError
+from walstream.kafka_logging import with_logger
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class KafkaReceiver(Receiver):
             **self.kafka_params,
         }
         conf["enable.auto.commit"] = False  # commits follow the driver's acknowledgement
-        self._consumer = Consumer(conf)
+        self._consumer = Consumer(with_logger(conf))
         self._consumer.assign(self._assignment(self._consumer))
         self._thread = threading.Thread(target=self._receive, name="kafka-receiver", daemon=True)
         self._thread.start()

@@ -49,6 +49,7 @@ from wal.framing import encode_record
 from wal.handle import RecordHandle
 from wal.reader import CorruptHandler, WalReader
 from wal.segments import Segment
+from walstream.kafka_logging import with_logger
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +138,9 @@ class KafkaWriteAheadLog(WriteAheadLog):
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
             self._check_open()  # never a new client after close() released the old one
-            self._admin = AdminClient(
+            self._admin = AdminClient(with_logger(
                 {"bootstrap.servers": self.bootstrap_servers,
-                 "socket.connection.setup.timeout.ms": 10_000}
+                 "socket.connection.setup.timeout.ms": 10_000})
             )
         return self._admin
 
@@ -165,7 +166,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
         }
         conf.update(cfg.producer_config)
         conf.update({"acks": "all", "enable.idempotence": True})  # not overridable
-        self._producer = Producer(conf)
+        self._producer = Producer(with_logger(conf))
         self._producer_broken = False
         self._stop_polling = threading.Event()
         producer, stop = self._producer, self._stop_polling

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from wal.errors import CorruptRecordError, RecordNotFoundError, WalReadError
 from wal.framing import Reassembler, decode_frame
 from wal.handle import RecordHandle
+from walstream.kafka_logging import with_logger
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +126,9 @@ class WalReader:
 
     def _get_consumer(self, slow: bool) -> Consumer:
         if slow and self._slow_consumer is None:
-            self._slow_consumer = Consumer(self._conf)
+            self._slow_consumer = Consumer(with_logger(self._conf))
         if not slow and self._consumer is None:
-            self._consumer = Consumer(self._read_conf)
+            self._consumer = Consumer(with_logger(self._read_conf))
         consumer = self._slow_consumer if slow else self._consumer
         assert consumer is not None
         return consumer
@@ -235,7 +236,7 @@ class WalReader:
         returned and is skipped. A topic deleted meanwhile simply ends.
         """
         report = on_corrupt or default_corrupt_handler
-        consumer = Consumer(self._conf)
+        consumer = Consumer(with_logger(self._conf))
         try:
             # From offset 0, not OFFSET_BEGINNING: segment topics are never trimmed
             # from the front (a clean deletes them whole), and resolving "beginning"

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from walstream import procs
 from walstream.errors import BrokerError, BrokerPortBusyError, PrerequisiteError
+from walstream.kafka_logging import with_logger
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 19092
@@ -111,9 +112,9 @@ def kafka_ready(bootstrap: str, timeout_s: float) -> bool:
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient(
+    admin = AdminClient(with_logger(
         {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000}
-    )
+    ))
     while time.monotonic() < deadline:
         try:
             md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))

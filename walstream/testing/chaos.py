@@ -57,6 +57,7 @@ from typing import Any
 
 from receiver.rate_receiver import generated_line
 from walstream import broker, killpoints, procs
+from walstream.kafka_logging import with_logger
 from walstream.testing.chaos_config import (
     KILL_POINTS,
     RECEIVER_ONLY_POINTS,
@@ -148,7 +149,7 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         source, sink = f"chaos-src-{run_id}", f"chaos-out-{run_id}"
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
         for t in (source, sink):
             admin.create_topics([NewTopic(t, 1, -1)])[t].result(timeout=60)
         expected_words = sum(len(generated_line(cfg.seed, i).split())

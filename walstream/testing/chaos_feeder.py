@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from receiver.rate_receiver import generated_line
+from walstream.kafka_logging import with_logger
 from walstream.testing.chaos_app import MAX_VALUE_BYTES
 from walstream.testing.chaos_config import ChaosConfig
 
@@ -63,10 +64,10 @@ class Feeder(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
+        producer = Producer(with_logger({"bootstrap.servers": self.bootstrap, "acks": "all",
                              "enable.idempotence": True, "linger.ms": 50,
                              "delivery.timeout.ms": 300_000,
-                             "message.max.bytes": 2 * MAX_VALUE_BYTES + 65536})
+                             "message.max.bytes": 2 * MAX_VALUE_BYTES + 65536}))
         rng = random.Random(self.cfg.seed)
         start = time.monotonic()
         n_bad = 0

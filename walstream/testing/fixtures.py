@@ -19,6 +19,7 @@ import pytest
 
 from walstream import broker as embedded
 from walstream import procs
+from walstream.kafka_logging import with_logger
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def topic_factory(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator
     """Create topics explicitly (Tansu's auto-create gives 4 partitions); delete after."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
     created: list[str] = []
 
     def make(base: str = "topic", partitions: int = 1) -> str:
