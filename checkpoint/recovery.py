@@ -8,8 +8,10 @@ checkpoint (newest that reads; corrupt ones are skipped with a warning):
    made from the checkpoint's conf with the new environment's master, driver
    host and ports. Code that changed so that the graph no longer loads gives a
    :class:`GraphLoadError` saying how to proceed. In upgrade mode
-   (``spark.walstream.recovery.upgrade=true``), and when the checkpoint holds
-   no graph (it could not be pickled), ``setup()`` builds the graph instead and
+   (``spark.walstream.recovery.upgrade=true``, else the environment variable
+   ``WALSTREAM_RECOVERY_UPGRADE=true``; one rule, :func:`upgrade_enabled`, on
+   every path), and when the checkpoint holds no graph (it could not be
+   pickled), ``setup()`` builds the graph instead and
    its fingerprint must equal the checkpoint's, else
    :class:`IncompatibleGraphError` names the difference; upgrade mode accepts a
    graph with the same input and stateful streams.
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.data import CheckpointData
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 
 POLICY_KEY = "spark.walstream.recovery.downtimePolicy"
 UPGRADE_KEY = "spark.walstream.recovery.upgrade"
+UPGRADE_ENV = "WALSTREAM_RECOVERY_UPGRADE"
 
 
 def get_or_create(checkpoint_path: str,
@@ -81,18 +84,29 @@ def _from_setup(checkpoint_path: str, setup: Callable[[], StreamingContext]) -> 
     return ssc
 
 
+def upgrade_enabled(conf: Mapping[str, str]) -> bool:
+    """Upgrade mode as every path decides it: ``spark.walstream.recovery.upgrade`` in
+    ``conf`` when set (either way), else ``WALSTREAM_RECOVERY_UPGRADE``; ``true`` in
+    any case means on. The same rule for choosing the setup path and for accepting
+    a changed graph, so the one never admits what the other then refuses."""
+    value = conf.get(UPGRADE_KEY)
+    if value is None:
+        value = os.environ.get(UPGRADE_ENV)
+    return str(value).strip().lower() == "true"
+
+
 def upgrade_requested(data: CheckpointData) -> bool:
-    """Upgrade mode: the running SparkContext's conf, else the environment (a
-    ``--conf`` of spark-submit, or ``WALSTREAM_RECOVERY_UPGRADE``)."""
+    """Upgrade mode before any context exists: the running SparkContext's conf, else
+    a new SparkConf's (a ``--conf`` of spark-submit), by :func:`upgrade_enabled`."""
     from pyspark import SparkConf, SparkContext
 
-    value = os.environ.get("WALSTREAM_RECOVERY_UPGRADE")
+    conf: dict[str, str] = {}
     sc = SparkContext._active_spark_context
     if sc is not None:
-        value = sc.getConf().get(UPGRADE_KEY, value)
+        conf = dict(sc.getConf().getAll())
     elif SparkContext._jvm is not None:
-        value = SparkConf().get(UPGRADE_KEY, value)
-    return str(value).lower() == "true"
+        conf = dict(SparkConf().getAll())
+    return upgrade_enabled(conf)
 
 
 # Taken from the restarting environment, not the checkpoint (Spark's
@@ -167,7 +181,7 @@ def check_compatible(ssc: StreamingContext, data: CheckpointData) -> None:
             f"{ssc._batch_ms} ms; delete the checkpoint directory to start afresh")
     if ssc._graph.fingerprint() == data.fingerprint:
         return
-    upgrade = ssc._conf().get(UPGRADE_KEY, "false").lower() == "true"
+    upgrade = upgrade_enabled(ssc._conf())
     old_state, new_state = _stateful(data.graph_shape), _stateful(shape)
     if upgrade and old_state == new_state:
         log.warning("upgrade mode: restoring the checkpoint into a changed graph "
@@ -175,7 +189,8 @@ def check_compatible(ssc: StreamingContext, data: CheckpointData) -> None:
         return
     removed = [s for s in data.graph_shape if s not in shape]
     added = [s for s in shape if s not in data.graph_shape]
-    hint = ("set spark.walstream.recovery.upgrade=true to restore into the new graph"
+    hint = (f"set {UPGRADE_KEY}=true (or the environment variable {UPGRADE_ENV}=true) "
+            "to restore into the new graph"
             if old_state == new_state else
             "inputs or stateful operators changed: the checkpoint cannot be restored into "
             "this graph; delete the checkpoint directory (losing state) or revert the code")

@@ -17,6 +17,7 @@ from checkpoint.errors import CheckpointError, IncompatibleGraphError
 from checkpoint.files import write_checkpoint
 from checkpoint.recovery import (
     POLICY_KEY,
+    UPGRADE_ENV,
     UPGRADE_KEY,
     build_checkpoint,
     check_compatible,
@@ -371,3 +372,52 @@ def test_newer_checkpointed_state_replaces_the_restored_one() -> None:
     state._generated[10000] = FakeRdd("/rdds/rdd-11", checkpointed=False)  # not durable yet
     again = build_checkpoint(ssc, 10000, [10000])  # type: ignore[arg-type]
     assert again.state_rdds == (StateRdd(state._fingerprint(), 8000, "/rdds/rdd-9"),)
+
+
+# -- upgrade mode: the conf key and the environment variable, on every path ----------
+
+
+def _upgrade_via(how: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The upgrade switch set through the conf key or the environment variable."""
+    monkeypatch.delenv(UPGRADE_ENV, raising=False)
+    if how == "env":
+        monkeypatch.setenv(UPGRADE_ENV, "true")
+        return {}
+    return {UPGRADE_KEY: "true"}
+
+
+@pytest.mark.parametrize("how", ["conf", "env"])
+def test_check_compatible_honours_upgrade_conf_key_and_env_var(
+        how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    conf = _upgrade_via(how, monkeypatch)
+    _check(_stateful_app(FakeContext(conf=conf), outputs=2), data)
+
+
+@pytest.mark.parametrize("how", ["conf", "env"])
+def test_get_or_create_upgrade_path_honours_conf_key_and_env_var(
+        how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint without a graph takes setupFunc's graph; a changed one is accepted
+    in upgrade mode whichever way the mode is switched on."""
+    cp = tmp_path / "cp"
+    write_checkpoint(cp, _checkpoint_of(_stateful_app(FakeContext())))
+    ssc = _stateful_app(FakeContext(conf=_upgrade_via(how, monkeypatch)), outputs=2)
+    assert get_or_create(str(cp), lambda: ssc) is ssc  # type: ignore[arg-type,comparison-overlap]
+    assert ssc._recovered is not None
+
+
+def test_upgrade_conf_key_set_to_false_beats_the_env_var(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(UPGRADE_ENV, "true")
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    with pytest.raises(IncompatibleGraphError):
+        _check(_stateful_app(FakeContext(conf={UPGRADE_KEY: "false"}), outputs=2), data)
+
+
+def test_refusal_names_both_ways_to_upgrade(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(UPGRADE_ENV, raising=False)
+    data = _checkpoint_of(_stateful_app(FakeContext()))
+    with pytest.raises(IncompatibleGraphError) as info:
+        _check(_stateful_app(FakeContext(), outputs=2), data)
+    assert f"{UPGRADE_KEY}=true" in str(info.value)
+    assert f"{UPGRADE_ENV}=true" in str(info.value)
