@@ -11,14 +11,13 @@ receivers on executors.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from driver.errors import UnknownReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
+from driver.receiver_commands import CommandMailbox
 from receiver.block_info import ReceivedBlockInfo
 from receiver.registration import Registration
 
@@ -37,8 +36,8 @@ class ReceiverTrackingInfo:
     errors: list[str] = field(default_factory=list)
     rate_limit: float = 0.0
     scheduled_locations: list[str] = field(default_factory=list)
-    commands: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1000))
-
+    # Coalesced, so that a burst of rate updates or cleanups never crowds out a STOP.
+    commands: CommandMailbox = field(default_factory=CommandMailbox)
 
 
 class LocalReceiverEndpoint:

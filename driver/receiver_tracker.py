@@ -4,7 +4,8 @@ Messages (gRPC, Avro bodies, see :mod:`driver.rpc_messages`): RegisterReceiver
 (accept or refuse, with the source positions the driver has acknowledged),
 AddBlock (answered True only after the tracker logged the block), Report
 (errors and deregistration) and a Control stream carrying StopReceiver,
-CleanupOldBlocks and UpdateRateLimit to the receiver. Local API:
+CleanupOldBlocks and UpdateRateLimit to the receiver (coalesced per receiver,
+see :class:`~driver.receiver_commands.CommandMailbox`: never dropped). Local API:
 ``start_all_receivers``, ``restart_receiver``, ``all_receiver_ids``,
 ``stop_all_receivers``.
 
@@ -18,7 +19,6 @@ a row.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -117,9 +117,8 @@ class ReceiverTracker(LocalReceiverEndpoint):
         if info is None:
             return
         while ctx.is_active():
-            try:
-                cmd = info.commands.get(timeout=1.0)
-            except queue.Empty:
+            cmd = info.commands.take(timeout_s=1.0)
+            if cmd is None:
                 if self._stopping.is_set() and info.state != "active":
                     return
                 cmd = {"kind": "HEARTBEAT"}
@@ -127,22 +126,15 @@ class ReceiverTracker(LocalReceiverEndpoint):
             if cmd["kind"] == "STOP":
                 return
 
-    def _send(self, stream_id: int, cmd: dict[str, Any]) -> None:
-        info = self.receivers[stream_id]
-        try:
-            info.commands.put_nowait(cmd)
-        except queue.Full:
-            log.error("receiver %d: command queue full; dropping %s", stream_id, cmd["kind"])
-
     # -- driver-to-receiver messages ---------------------------------------------------
 
     def cleanup_old_blocks(self, thresh_time_ms: int) -> None:
         for s in self.all_receiver_ids():
-            self._send(s, {"kind": "CLEANUP_OLD_BLOCKS", "thresh_time_ms": thresh_time_ms})
+            self.receivers[s].commands.cleanup(thresh_time_ms)
 
     def update_rate_limit(self, stream_id: int, rate: float) -> None:
         self.receivers[stream_id].rate_limit = rate
-        self._send(stream_id, {"kind": "UPDATE_RATE_LIMIT", "rate_limit": rate})
+        self.receivers[stream_id].commands.update_rate(rate)
 
     def all_receiver_ids(self) -> list[int]:
         return sorted(self.receivers)
@@ -200,13 +192,13 @@ class ReceiverTracker(LocalReceiverEndpoint):
 
     def restart_receiver(self, stream_id: int) -> None:
         """Ask a receiver to stop; its launcher thread relaunches it."""
-        self._send(stream_id, {"kind": "STOP", "message": "restart requested by the driver"})
+        self.receivers[stream_id].commands.stop("restart requested by the driver")
 
     def stop_all_receivers(self, timeout_s: float = 60.0) -> None:
         """Stop every receiver (each flushes its last blocks), then the endpoint."""
         self._stopping.set()
         for s in self.all_receiver_ids():
-            self._send(s, {"kind": "STOP", "message": "the streaming context is stopping"})
+            self.receivers[s].commands.stop("the streaming context is stopping")
         deadline = time.monotonic() + timeout_s
         for t in self._threads.values():
             t.join(max(0.1, deadline - time.monotonic()))

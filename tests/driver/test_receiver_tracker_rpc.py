@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
+import grpc
 import pytest
 
 from driver.events import BlockAddition, decode_event
@@ -118,3 +120,49 @@ def test_concurrent_add_block_answers_only_after_durability(
         tracker.stop()
         blocks.cleanup_old_batches(2**42, wait_for_completion=True)
         blocks.stop()
+
+
+def _commands_until_stop(client: DriverClient, stream: int, timeout_s: float
+                         ) -> tuple[list[dict[str, object]], bool]:
+    """The commands a Control stream delivers (heartbeats left out) until STOP;
+    ``(commands, stopped)``, stopped False when no STOP came within ``timeout_s``."""
+    got: list[dict[str, object]] = []
+    stream_iter = client.control(stream)
+
+    def follow() -> None:
+        with contextlib.suppress(grpc.RpcError):  # cancelled below when no STOP came
+            for cmd in stream_iter:
+                if cmd["kind"] != "HEARTBEAT":
+                    got.append(cmd)
+                if cmd["kind"] == "STOP":
+                    return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    stopped = not t.is_alive()
+    if not stopped:
+        stream_iter.cancel()  # type: ignore[attr-defined]
+    return got, stopped
+
+
+def test_stop_after_many_rate_updates_and_cleanups_is_delivered() -> None:
+    tracker = ReceiverTracker(ReceivedBlockTracker([0], None), [0])
+    client = DriverClient(tracker.address, timeout_s=10)
+    try:
+        assert client.register_receiver(0, "h", "e1").accepted
+        # Nobody follows the Control stream yet: every command waits at the driver.
+        for i in range(3000):
+            tracker.update_rate_limit(0, float(i + 1))
+            tracker.cleanup_old_blocks(1000 + i)
+        tracker.restart_receiver(0)
+        got, stopped = _commands_until_stop(client, 0, timeout_s=5)
+        assert stopped, f"no STOP after {len(got)} commands"
+        # Coalesced: the highest cleanup threshold, the latest rate, then STOP.
+        assert [c["kind"] for c in got] == ["CLEANUP_OLD_BLOCKS", "UPDATE_RATE_LIMIT", "STOP"]
+        assert got[0]["thresh_time_ms"] == 1000 + 2999
+        assert got[1]["rate_limit"] == 3000.0
+        assert "restart" in str(got[2]["message"])
+    finally:
+        client.close()
+        tracker.stop()
