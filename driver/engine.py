@@ -31,6 +31,7 @@ from driver.listener import ListenerBus, StreamingListener, event
 from driver.rate_controller import PIDRateEstimator, RateController
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
+from driver.wal_conf import wal_options_from_conf
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
@@ -99,6 +100,7 @@ class EngineConfig:
                       float(conf.get("spark.streaming.backpressure.initialRate", 0)))
         kw.setdefault("pid", {k: v for k, v in conf.items()
                               if k.startswith("spark.streaming.backpressure.pid.")})
+        kw.setdefault("wal_options", wal_options_from_conf(conf))  # also `walstream inspect`'s
         return cls(**kw)
 
 

@@ -164,6 +164,12 @@ class ReceivedBlockTracker:
             return tuple(SourceRange(t, p, o, o)
                          for (t, p), o in sorted(self._positions.get(stream_id, {}).items()))
 
+    def streams_with_positions(self) -> list[int]:
+        """Every stream the driver holds source positions for (also one whose
+        batches were all cleaned: its receiver still resumes there)."""
+        with self._lock:
+            return sorted(self._positions)
+
     def _take_from_earlier_batch(self, t: int, stream_id: int, block_id: str) -> None:
         for other_t, streams in list(self._allocated.items()):
             infos = streams.get(stream_id, ())

@@ -64,12 +64,10 @@ def _broker_stop(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from checkpoint.inspect import main_inspect
 
-    bootstrap = args.bootstrap or broker.bootstrap_servers(_home(args))
-    if not bootstrap:
-        print("walstream: error: no Kafka cluster: pass --bootstrap, set "
-              "KAFKA_BOOTSTRAP_SERVERS or start the embedded broker", file=sys.stderr)
-        return 2
-    print(main_inspect(args.checkpoint_dir, bootstrap))
+    # The cluster: --bootstrap, else the one the checkpoint's conf names (as the
+    # restarted app would use), else the environment or the embedded broker.
+    print(main_inspect(args.checkpoint_dir, args.bootstrap,
+                       lambda: broker.bootstrap_servers(_home(args))))
     return 0
 
 
@@ -112,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="print, as JSON, what a restart from a checkpoint "
                                        "would recover")
     i.add_argument("checkpoint_dir")
-    i.add_argument("--bootstrap", help="Kafka bootstrap servers (default: env or embedded)")
+    i.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the checkpoint "
+                                       "conf's, else env, else embedded)")
     i.add_argument("--home", help="embedded broker state directory")
     i.set_defaults(fn=_inspect)
     j = sub.add_parser("jvm-archive", help="write the class-data-sharing archive that makes "
