@@ -23,3 +23,8 @@ class IncompatibleGraphError(CheckpointError):
 
 class GraphLoadError(CheckpointError):
     """The checkpoint's pickled DStream graph cannot be loaded (changed or missing code)."""
+
+
+class UnsafeCheckpointDirError(CheckpointError):
+    """A local checkpoint directory another user owns or anyone may write: its
+    checkpoints could be read or replaced (a restart runs their pickled graph)."""

@@ -12,6 +12,12 @@ A directory given as a URL (``s3://bucket/app``, ``gs://``, ``hdfs://``, ``memor
 the same steps with the filesystem's ``pipe`` (one whole-object write: object
 stores publish it atomically) for (1)-(2) and ``mv`` for (3); step (4) has no
 equivalent there. Local paths (the default, and what the tests run) use the OS.
+
+Local directories are private: created 0700 (and ``<dir>/rdds``, the state RDDs'
+directory, by :func:`prepare_directory`), checkpoint files 0600 whatever the
+umask, since a checkpoint holds the whole Spark conf (Kafka passwords included)
+and a pickled graph that a restart executes. A directory another user owns or
+anyone may write is refused for writing and for reading.
 """
 
 from __future__ import annotations
@@ -21,13 +27,18 @@ import logging
 import os
 import queue
 import re
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from checkpoint.data import CheckpointData
-from checkpoint.errors import CheckpointWriteError, CorruptCheckpointError
+from checkpoint.errors import (
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    UnsafeCheckpointDirError,
+)
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
@@ -104,16 +115,68 @@ def _read(path: Any) -> bytes:
     return Path(path).read_bytes()
 
 
+STATE_RDD_SUBDIR = "rdds"
+
+
+def _check_private(path: Path) -> None:
+    """Refuse a directory another user owns or anyone may write: they could read
+    the conf's secrets or plant a checkpoint whose pickled graph a restart runs."""
+    try:
+        st = os.stat(path)  # a symlink is judged by what it points to
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCheckpointDirError(f"checkpoint directory {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeCheckpointDirError(
+            f"checkpoint directory {path} is owned by uid {st.st_uid}, not by this user "
+            f"(uid {os.geteuid()}): its checkpoints hold the Spark conf and code a restart "
+            "runs; use a directory of your own")
+    if st.st_mode & stat.S_IWOTH:
+        raise UnsafeCheckpointDirError(
+            f"checkpoint directory {path} is world-writable (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): anyone could plant a checkpoint a restart "
+            f"would run; chmod it (e.g. 0700) or use another directory")
+
+
+def _private_dir(path: Path) -> None:
+    """``path`` exists, ours and not world-writable; created 0700 when missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)  # the umask may have taken bits away; ours, just made
+    except FileExistsError:
+        pass
+    _check_private(path)
+
+
+def prepare_directory(directory: str | Path) -> None:
+    """Make a local checkpoint directory and its state-RDD subdirectory ``rdds``
+    ready before anything writes there: created 0700 when missing, refused with
+    :class:`UnsafeCheckpointDirError` when another user owns either or anyone may
+    write it. Spark's ``setCheckpointDir`` would create them with Hadoop's default
+    0755, so this runs first. A URL directory is left to its filesystem."""
+    if is_url(directory):
+        return
+    directory = Path(directory)
+    _private_dir(directory)
+    _private_dir(directory / STATE_RDD_SUBDIR)
+
+
 def write_checkpoint(directory: str | Path, data: CheckpointData, keep: int = 10) -> Any:
     if is_url(directory):
         return _write_remote(str(directory), data, keep)
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    _private_dir(directory)
     final = directory / f"checkpoint-{data.checkpoint_time_ms:013d}"
     tmp = directory / f".checkpoint-{data.checkpoint_time_ms:013d}.tmp"
     payload = data.encode()
     try:
-        with open(tmp, "wb") as f:
+        # 0600 whatever the umask, also over a stale temp file of a wider mode; the
+        # rename keeps the mode. Never through a symlink.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as f:
+            os.fchmod(fd, 0o600)
             half = len(payload) // 2
             f.write(payload[:half])
             f.flush()
@@ -136,7 +199,11 @@ def write_checkpoint(directory: str | Path, data: CheckpointData, keep: int = 10
 
 
 def read_latest(directory: str | Path) -> CheckpointData | None:
-    """The newest checkpoint that reads and validates; older ones when it does not."""
+    """The newest checkpoint that reads and validates; older ones when it does not.
+    A local directory another user owns or anyone may write is refused
+    (:class:`UnsafeCheckpointDirError`): nothing in it is read."""
+    if not is_url(directory):
+        _check_private(Path(directory))
     for time_ms, path in checkpoint_files(directory):
         try:
             data = CheckpointData.decode(_read(path), str(path))

@@ -300,6 +300,9 @@ class StreamingContext:
         self._graph.remember_ms = to_ms(duration, "remember duration")
 
     def checkpoint(self, directory: str) -> None:
+        from checkpoint.files import prepare_directory
+
+        prepare_directory(directory)  # 0700 (and rdds/), before Spark makes them 0755
         self._checkpoint_dir = directory
         self._sc.setCheckpointDir(os.path.join(directory, "rdds") if "://" not in directory
                                   else directory.rstrip("/") + "/rdds")

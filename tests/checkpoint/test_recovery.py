@@ -402,7 +402,7 @@ def test_get_or_create_upgrade_path_honours_conf_key_and_env_var(
     cp = tmp_path / "cp"
     write_checkpoint(cp, _checkpoint_of(_stateful_app(FakeContext())))
     ssc = _stateful_app(FakeContext(conf=_upgrade_via(how, monkeypatch)), outputs=2)
-    assert get_or_create(str(cp), lambda: ssc) is ssc  # type: ignore[arg-type,comparison-overlap]
+    assert get_or_create(str(cp), lambda: ssc) is ssc  # type: ignore[arg-type,return-value]
     assert ssc._recovered is not None
 
 
