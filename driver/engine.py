@@ -25,7 +25,12 @@ from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
 from driver.durations import conf_time_ms
-from driver.job_generator import Checkpointer, JobGenerator
+from driver.job_generator import (
+    DEFAULT_ALLOCATE_BACKOFF_MS,
+    DEFAULT_ALLOCATE_RETRIES,
+    Checkpointer,
+    JobGenerator,
+)
 from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus, StreamingListener, event
 from driver.rate_controller import PIDRateEstimator, RateController
@@ -42,6 +47,11 @@ from walstream.errors import ConfigError
 log = logging.getLogger(__name__)
 
 RECOVERED_STATE_ENV = "WALSTREAM_RECOVERED_STATE_FILE"
+#: Retries of a batch whose driver-side inputs (a direct stream's offset probe)
+#: failed with a retriable error, and the first wait between them in ms (doubling);
+#: then the context stops and awaitTermination raises the error.
+CONF_ALLOCATE_RETRIES = "spark.walstream.generator.allocateRetries"
+CONF_ALLOCATE_BACKOFF = "spark.walstream.generator.allocateRetryBackoff"
 
 
 def _dump_recovered_state(tracker: ReceivedBlockTracker) -> None:
@@ -76,12 +86,17 @@ class EngineConfig:
     endpoint_port: int = 0
     relaunch_delay_s: float = 1.0
     wal_options: dict[str, Any] = field(default_factory=dict)
+    allocate_retries: int = DEFAULT_ALLOCATE_RETRIES
+    allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS
 
     def __post_init__(self) -> None:
         if self.batch_interval_ms <= 0:
             raise ConfigError("batch interval must be > 0")
         if not self.app_id:
             raise ConfigError("app_id must not be empty")
+        if self.allocate_retries < 0 or self.allocate_backoff_ms < 0:
+            raise ConfigError(f"{CONF_ALLOCATE_RETRIES} and {CONF_ALLOCATE_BACKOFF} must "
+                              "not be negative")
 
     @classmethod
     def from_spark_conf(cls, conf: dict[str, str], **kw: Any) -> EngineConfig:
@@ -100,6 +115,10 @@ class EngineConfig:
                       float(conf.get("spark.streaming.backpressure.initialRate", 0)))
         kw.setdefault("pid", {k: v for k, v in conf.items()
                               if k.startswith("spark.streaming.backpressure.pid.")})
+        kw.setdefault("allocate_retries",
+                      int(conf.get(CONF_ALLOCATE_RETRIES, DEFAULT_ALLOCATE_RETRIES)))
+        kw.setdefault("allocate_backoff_ms",
+                      ms(CONF_ALLOCATE_BACKOFF, DEFAULT_ALLOCATE_BACKOFF_MS))
         kw.setdefault("wal_options", wal_options_from_conf(conf))  # also `walstream inspect`'s
         return cls(**kw)
 
@@ -116,7 +135,11 @@ class StreamingEngine:
         driver_stream_ids: list[int] | None = None,
         before_allocate: Callable[[int], None] | None = None,
         clean_driver_streams: Callable[[int], None] | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """``on_fatal(error)``: the engine cannot go on (a batch could not be prepared);
+        called once, on the job generator's thread, after awaitTermination was woken
+        with the error. It must not stop the engine on that thread (stop joins it)."""
         self.sc = sc
         self._clean_driver_streams = clean_driver_streams
         # Set by checkpointing: batches after this time must keep their data (the
@@ -140,7 +163,10 @@ class StreamingEngine:
         self.generator = JobGenerator(self.tracker, config.batch_interval_ms, generate_jobs,
                                       self.scheduler, cleanup=self._cleanup,
                                       checkpointer=checkpointer,
-                                      before_allocate=before_allocate)
+                                      before_allocate=before_allocate,
+                                      allocate_retries=config.allocate_retries,
+                                      allocate_backoff_ms=config.allocate_backoff_ms,
+                                      on_fatal=on_fatal)
         self.rate_controller: RateController | None = None
         if config.backpressure and receivers:
             self.rate_controller = RateController(

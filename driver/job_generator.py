@@ -16,6 +16,20 @@ An event loop (one thread, bounded queue) handles, as Spark's does:
 A failed allocation write leaves the blocks queued for the next batch; the
 batch runs with what it was given (nothing).
 
+A failed ``before_allocate(t)`` (a direct stream's end-offset probe while Kafka
+is down) is never skipped: it is retried with exponential backoff while the
+error is retriable (:func:`retriable`), at most ``allocate_retries`` times
+(``spark.walstream.generator.allocateRetries``, default 3) starting at
+``allocate_backoff_ms`` (``spark.walstream.generator.allocateRetryBackoff``,
+default 200 ms, doubling, at most ``MAX_BACKOFF_S`` per wait). If it still fails,
+the generator halts: the error is reported to the scheduler (``awaitTermination``
+raises it, the original error as its cause), no batch at or after ``t`` is
+allocated, and ``on_fatal`` is told (the context stops). The batches from ``t``
+on belong to the restart, which finds them missed after its checkpoint.
+
+Every other failure of the event loop is reported to the scheduler the same way
+(Spark's EventLoop.onError -> JobScheduler.reportError), never only logged.
+
 Why jobs are generated at most ``LOOKAHEAD`` batches ahead (Spark generates every
 batch at its time): building a batch's jobs costs the Python driver ~30 ms of
 Py4J calls. A restart resubmits every pending batch at once (100 of them after a
@@ -46,11 +60,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from driver.batch_info import BatchInfo
 from driver.errors import TrackerWriteError
 from driver.job_scheduler import Job, JobScheduler
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.recurring_timer import RecurringTimer
+from walstream.errors import WalStreamError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +82,37 @@ DEFER_POLL_S = 0.02
 #: take (each ~30 ms of Py4J calls).
 LAST_FLUSH_S = 60.0
 Checkpointer = Callable[[int, Callable[[], None] | None], None]
+#: Retries of a failing ``before_allocate`` and the first wait between them (doubling).
+DEFAULT_ALLOCATE_RETRIES = 3
+DEFAULT_ALLOCATE_BACKOFF_MS = 200
+#: The longest wait between two attempts, whatever the doubling reached.
+MAX_BACKOFF_S = 5.0
+#: Kafka errors that an outage or a leader change causes, and that pass.
+_TRANSIENT_KAFKA = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                              KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT,
+                              KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT,
+                              KafkaError.NOT_LEADER_FOR_PARTITION,
+                              KafkaError.LEADER_NOT_AVAILABLE})
+
+
+def retriable(exc: BaseException) -> bool:
+    """Whether preparing a batch again may succeed: Kafka or the network was
+    unavailable (timeouts, connection errors, a WAL write that failed, Kafka's
+    retriable errors, the direct stream's fetch errors). This project's other
+    errors (a stream closed by a stopping context, bad configuration, corrupt
+    data) and programming errors are final."""
+    if isinstance(exc, TrackerWriteError):
+        return True
+    if isinstance(exc, WalStreamError):
+        return False
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else None
+        if not isinstance(err, KafkaError):
+            return True
+        return not err.fatal() and (err.retriable() or err.code() in _TRANSIENT_KAFKA)
+    # Plain RuntimeError: how the direct stream reports a Fetch error (subclasses
+    # such as NotImplementedError or RecursionError are bugs).
+    return isinstance(exc, OSError) or type(exc) is RuntimeError
 
 
 class JobGenerator:
@@ -78,8 +126,18 @@ class JobGenerator:
         checkpointer: Checkpointer | None = None,
         max_events: int = 10_000,
         before_allocate: Callable[[int], None] | None = None,
+        allocate_retries: int = DEFAULT_ALLOCATE_RETRIES,
+        allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """``on_fatal(error)`` is called once, on the loop thread, when a batch could
+        not be prepared (see the module docstring); it must not wait for the loop."""
         self.before_allocate = before_allocate
+        self.allocate_retries = max(0, allocate_retries)
+        self.allocate_backoff_ms = max(0, allocate_backoff_ms)
+        self.on_fatal = on_fatal
+        # The error that halted allocation; set once, on the loop thread.
+        self.failed: BaseException | None = None
         self.tracker = tracker
         self.batch_interval_ms = batch_interval_ms
         self.generate_jobs = generate_jobs
@@ -170,15 +228,29 @@ class JobGenerator:
                     self._completed(payload)
                 elif kind == "when_drained":
                     self._on_drained.append(payload)
-            except Exception:
-                log.exception("job generator: %s %s failed", kind, payload)
+            except Exception as exc:
+                self.scheduler.report_error(f"Error in job generator ({kind} {payload})", exc)
 
     def _allocate(self, t: int, checkpoint: bool) -> None:
         """Step 1, in time order and at once: the batch's blocks are fixed (logged) now;
-        its jobs follow when :meth:`_generate_ready` gets to it."""
+        its jobs follow when :meth:`_generate_ready` gets to it. Once a batch could
+        not be prepared, no later one is allocated (it would skip that batch)."""
+        if self.failed is not None:
+            log.warning("batch %d not allocated: the job generator stopped after batch "
+                        "preparation failed (%s)", t, self.failed)
+            return
         if self.before_allocate is not None:
-            # Driver-side inputs (direct Kafka streams) log what batch t will read.
-            self.before_allocate(t)
+            try:
+                # Driver-side inputs (direct Kafka streams) log what batch t will read.
+                self._before_allocate_with_retries(t)
+            except Exception as exc:
+                with self._allocated:  # a graceful stop waiting for an allocation gives up
+                    self.failed = exc
+                    self._allocated.notify_all()
+                self.scheduler.report_error(f"Error preparing batch {t}", exc)
+                if self.on_fatal is not None:
+                    self.on_fatal(exc)
+                return
         try:
             self.tracker.allocate_blocks_to_batch(t)  # logged before it takes effect
         except TrackerWriteError as exc:
@@ -189,6 +261,25 @@ class JobGenerator:
             self.last_allocated_ms = t
             self._allocated.notify_all()
 
+    def _before_allocate_with_retries(self, t: int) -> None:
+        """``before_allocate(t)``, again after a retriable failure, with bounded
+        backoff; raises the last error. A stopping generator stops retrying."""
+        assert self.before_allocate is not None
+        wait_s = self.allocate_backoff_ms / 1000
+        for attempt in range(self.allocate_retries + 1):
+            try:
+                self.before_allocate(t)
+                return
+            except Exception as exc:
+                if attempt == self.allocate_retries or not retriable(exc):
+                    raise
+                log.warning("batch %d: preparing its inputs failed (attempt %d of %d), "
+                            "retrying in %.1f s: %s", t, attempt + 1,
+                            self.allocate_retries + 1, wait_s, exc)
+                if self._stopping.wait(wait_s):
+                    raise
+                wait_s = min(2 * wait_s, MAX_BACKOFF_S)
+
     def _generate_ready(self) -> None:
         """Steps 2-4 for deferred batches, oldest first, while fewer than ``LOOKAHEAD``
         generated batches wait to start; then run what waited for none to be left."""
@@ -197,8 +288,8 @@ class JobGenerator:
             t, checkpoint, allocated_ms = self._deferred[0]
             try:
                 self._generate(t, checkpoint, allocated_ms)
-            except Exception:
-                log.exception("job generator: batch %s failed", t)
+            except Exception as exc:
+                self.scheduler.report_error(f"Error in job generator (batch {t})", exc)
             finally:
                 # Only now: a checkpoint written while generating t lists it as pending.
                 with self._deferred_lock:
@@ -236,11 +327,14 @@ class JobGenerator:
             cleanup(t)
 
     def _wait_for_allocation_after(self, t: int | None, timeout_s: float) -> bool:
-        """Wait until a batch later than ``t`` was allocated (its jobs maybe not built)."""
+        """Wait until a batch later than ``t`` was allocated (its jobs maybe not built);
+        False at once when allocation halted."""
         deadline = time.monotonic() + timeout_s
         with self._allocated:
             while self.last_allocated_ms is None or (t is not None and
                                                      self.last_allocated_ms <= t):
+                if self.failed is not None:
+                    return False
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -255,8 +349,9 @@ class JobGenerator:
         running batches are waited for and their completion handled.
         """
         deadline = time.monotonic() + timeout_s
-        if drain is not None:
-            while not drain() and time.monotonic() < deadline:
+        if drain is not None and self.failed is None:
+            # A halted generator allocates nothing more: there is nothing to drain into.
+            while not drain() and self.failed is None and time.monotonic() < deadline:
                 time.sleep(self.batch_interval_ms / 1000 / 4)
             # One more batch time allocated after the drain held takes what came in
             # meanwhile; its jobs may be built later (deferred), which the flush below

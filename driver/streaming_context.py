@@ -87,6 +87,7 @@ class StreamingContext:
         self._recovered: Any = None  # CheckpointData when getOrCreate found a checkpoint
         self._checkpoint_writer: Any = None
         self._graph_bytes: bytes | bool | None = False  # False: not pickled yet
+        self._stopped_on_error = False  # stopped by the engine's fatal error, not by stop()
 
     def _pickled_graph(self) -> bytes | None:
         """The graph for checkpoints, pickled once: after start it no longer changes
@@ -208,7 +209,8 @@ class StreamingContext:
                 clear_metadata=self._graph.clear_metadata, checkpointer=checkpointer,
                 driver_stream_ids=[d.stream_id for d in direct],
                 before_allocate=functools.partial(_before_allocate, direct),
-                clean_driver_streams=functools.partial(_clean_driver_streams, direct))
+                clean_driver_streams=functools.partial(_clean_driver_streams, direct),
+                on_fatal=self._stop_on_fatal_error)
             for listener in self._listeners:
                 self._engine.add_listener(listener)
             resubmit: list[int] = []
@@ -222,6 +224,20 @@ class StreamingContext:
             self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)
             self._state = "active"
             StreamingContext._active = self
+
+    def _stop_on_fatal_error(self, exc: BaseException) -> None:
+        """The engine cannot go on (a batch could not be prepared): stop, as Spark
+        stops a context whose Python side died. On a thread of its own, because the
+        caller is the job generator's loop, which ``stop()`` joins. The SparkContext
+        stays up until the application's own ``stop()`` (awaitTermination raised)."""
+        def stop() -> None:
+            log.error("stopping the StreamingContext: %s", exc)
+            with StreamingContext._active_lock:
+                if self._state == "active":
+                    self._stopped_on_error = True
+                    self.stop(stopSparkContext=False)
+
+        threading.Thread(target=stop, name="stop-streaming-context", daemon=True).start()
 
     def _on_checkpoint_error(self, exc: BaseException) -> None:
         if self._engine is not None:
@@ -265,6 +281,10 @@ class StreamingContext:
              stopGraceFully: bool = False) -> None:  # noqa: N803
         with StreamingContext._active_lock:
             if self._state == "stopped":
+                if stopSparkContext and self._stopped_on_error:
+                    # As Spark's stop() of a stopped context: the SparkContext still stops.
+                    self._stopped_on_error = False
+                    self._sc.stop()
                 return
             try:
                 if self._driver_gc is not None:
