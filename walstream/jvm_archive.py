@@ -21,7 +21,10 @@ The protocol, followed step by step below:
 3. Before PySpark launches the driver JVM (``getOrCreate``,
    ``driver.spark.create_spark_context``, or :func:`use_archive` by hand),
    :func:`use_archive` names the archive in ``spark.driver.defaultJavaOptions``
-   of a properties file handed to spark-submit through ``PYSPARK_SUBMIT_ARGS``.
+   of a properties file handed to spark-submit through ``PYSPARK_SUBMIT_ARGS``
+   (kept in a 0700 directory of this user and reused only when it is this
+   user's, 0600 and holds exactly what would be written: its options run in
+   the driver JVM).
    That is the lowest-priority place Spark has for driver JVM options: the
    user's ``--conf`` and ``spark.driver.extraJavaOptions`` still apply, and an
    administrator's ``spark-defaults.conf`` is still loaded. It does nothing when
@@ -38,11 +41,13 @@ Durability: none is needed; the archive is a cache. Losing it costs start time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -153,20 +158,67 @@ def _admin_default_java_options() -> str:
     return ""
 
 
-def _write_properties(java_options: str, where: Path) -> Path:
+def _private_dir() -> Path:
+    """``<tempdir>/walstream-<euid>``: a directory only this user can enter, 0700.
+
+    The properties file names JVM options the driver starts with; whoever can
+    write it can run code in the driver (``-javaagent``). The directory is
+    created 0700; one found under that name is used only when it is a real
+    directory of this user (not a symlink), and is then made 0700 again before
+    anything in it is trusted. Otherwise (another user took the name) a new
+    private directory of this process is used instead.
+    """
+    uid = os.geteuid()
+    path = Path(tempfile.gettempdir()) / f"walstream-{uid}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.chmod(path, 0o700)  # ours: no other user may change entries from now on
+        return path
+    log.warning("%s is not a private directory of this user (owner uid %d%s): keeping the "
+                "driver's JVM options in a new one", path, st.st_uid,
+                ", a symlink" if stat.S_ISLNK(st.st_mode) else "")
+    return Path(tempfile.mkdtemp(prefix=f"walstream-{uid}-"))
+
+
+def _holds_exactly(path: Path, content: bytes) -> bool:
+    """``path`` is a regular file of this user, mode 0600, holding ``content``."""
+    try:
+        st = os.lstat(path)
+        if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+                and stat.S_IMODE(st.st_mode) == 0o600):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return f.read(len(content) + 1) == content
+    except OSError:
+        return False
+
+
+def _write_properties(java_options: str) -> Path:
     """A spark-submit properties file with ``java_options`` first in the driver's
-    default options. Named after its content and written once (atomically), so
-    repeated starts neither leak files nor race on a half-written one."""
+    default options, in :func:`_private_dir`. Named after its content so repeated
+    starts reuse it instead of leaking files, but reused only when it is this
+    user's, 0600 and holds exactly that content; otherwise it is replaced
+    atomically (a temp file made 0600, then renamed), never read half-written."""
     admin = _admin_default_java_options()
     text = f"{DEFAULT_JAVA_OPTIONS} {java_options} {admin}".rstrip() + "\n"
     digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    where = _private_dir()
     path = where / f"walstream-driver-{os.getuid()}-{digest}.conf"
-    if not path.exists():
-        where.mkdir(parents=True, exist_ok=True)
+    if not _holds_exactly(path, text.encode()):
         fd, name = tempfile.mkstemp(prefix=".walstream-driver-", suffix=".tmp", dir=where)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(name, path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), 0o600)
+                f.write(text)
+            os.replace(name, path)  # also over a symlink or another user's file
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
     return path
 
 
@@ -194,8 +246,12 @@ def use_archive() -> Path | None:
         log.info("no JVM class archive for this Java and Spark (run `walstream jvm-archive` "
                  "for a faster driver start)")
         return None
-    props = _write_properties(f"-XX:SharedArchiveFile={path} -Xshare:auto {_QUIET}",
-                              Path(tempfile.gettempdir()))
+    try:
+        props = _write_properties(f"-XX:SharedArchiveFile={path} -Xshare:auto {_QUIET}")
+    except OSError as exc:  # the archive only saves start time: start without it
+        log.warning("JVM class archive not used: cannot write the driver's properties "
+                    "file: %s", exc)
+        return None
     os.environ[SUBMIT_ARGS] = _submit_args(props)
     return path
 
@@ -205,7 +261,7 @@ def _run_child(mode: str, archive: Path, timeout_s: float) -> float:
     (``try``); the child's seconds to a ready SparkContext."""
     option = (f"-XX:ArchiveClassesAtExit={archive}" if mode == "dump"
               else f"-XX:SharedArchiveFile={archive} -Xshare:on")
-    props = _write_properties(f"{option} {_QUIET}", archive.parent)
+    props = _write_properties(f"{option} {_QUIET}")
     env = {k: v for k, v in os.environ.items() if k != SUBMIT_ARGS}
     env[SUBMIT_ARGS] = _submit_args(props)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,112 @@ def test_missing_java_is_a_debug_line_not_an_error(clean_env: Path,
     assert jvm_archive.use_archive() is None
     with pytest.raises(jvm_archive.PrerequisiteError, match="java not found"):
         jvm_archive.current_key()
+
+
+# -- the properties file: private, never one another user planted ---------------------
+
+OTHER_UID = 65534  # nobody
+EVIL = "spark.driver.defaultJavaOptions -javaagent:/tmp/evil.jar\n"
+
+
+def _used_properties() -> Path:
+    args = shlex.split(os.environ[SUBMIT_ARGS])
+    return Path(args[args.index("--properties-file") + 1])
+
+
+def _old_shared_name(archive: Path) -> Path:
+    """Where the properties file used to live: the shared temp directory, under a
+    name anyone can compute (uid and the digest of the content)."""
+    import hashlib
+
+    text = (f"{jvm_archive.DEFAULT_JAVA_OPTIONS} -XX:SharedArchiveFile={archive} "
+            f"-Xshare:auto {jvm_archive._QUIET}\n")
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    return Path(jvm_archive.tempfile.gettempdir()) / \
+        f"walstream-driver-{os.getuid()}-{digest}.conf"
+
+
+def _assert_ours(props: Path, archive: Path) -> None:
+    st = os.lstat(props)
+    assert st.st_uid == os.geteuid()
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    text = props.read_text()
+    assert "-javaagent" not in text
+    assert text.startswith(f"spark.driver.defaultJavaOptions -XX:SharedArchiveFile={archive} ")
+    parent = os.lstat(props.parent)
+    assert stat.S_ISDIR(parent.st_mode) and parent.st_uid == os.geteuid()
+    assert stat.S_IMODE(parent.st_mode) == 0o700
+
+
+def test_planted_properties_file_with_the_old_shared_name_is_never_used(
+        clean_env: Path) -> None:
+    archive = _fake_archive()
+    planted = _old_shared_name(archive)
+    planted.write_text(EVIL)
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    assert jvm_archive.use_archive() == archive
+    assert _used_properties() != planted
+    _assert_ours(_used_properties(), archive)
+
+
+def test_properties_file_lives_in_a_private_0700_directory(clean_env: Path) -> None:
+    old = os.umask(0)  # a permissive umask must not widen it
+    try:
+        archive = _fake_archive()
+        jvm_archive.use_archive()
+    finally:
+        os.umask(old)
+    _assert_ours(_used_properties(), archive)
+
+
+def _planted_in_the_private_dir(how: str) -> tuple[Path, Path]:
+    """The properties file of a first start, then tampered with ``how``."""
+    archive = _fake_archive()
+    jvm_archive.use_archive()
+    props = _used_properties()
+    del os.environ[SUBMIT_ARGS]
+    if how == "content":
+        props.write_text(EVIL)
+    elif how == "mode":
+        os.chmod(props, 0o666)
+    elif how == "owner":
+        props.write_text(EVIL)
+        os.chown(props, OTHER_UID, OTHER_UID)
+    elif how == "symlink":
+        evil = props.parent.parent / "evil.conf"
+        evil.write_text(EVIL)
+        props.unlink()
+        props.symlink_to(evil)
+    return archive, props
+
+
+@pytest.mark.parametrize("how", ["content", "mode", "owner", "symlink"])
+def test_properties_file_of_wrong_content_mode_or_owner_is_replaced(
+        clean_env: Path, how: str) -> None:
+    archive, _ = _planted_in_the_private_dir(how)
+    assert jvm_archive.use_archive() == archive
+    _assert_ours(_used_properties(), archive)
+    assert not _used_properties().is_symlink()
+
+
+@pytest.mark.parametrize("how", ["other-owner", "world-writable", "symlink"])
+def test_properties_directory_not_private_to_this_user_is_never_trusted(
+        clean_env: Path, how: str) -> None:
+    archive, props = _planted_in_the_private_dir("none")
+    private = props.parent
+    if how == "other-owner":
+        props.write_text(EVIL)
+        os.chown(props, OTHER_UID, OTHER_UID)
+        os.chown(private, OTHER_UID, OTHER_UID)
+    elif how == "world-writable":
+        os.chmod(private, 0o777)
+    else:  # the directory's name is a symlink to a directory another user controls
+        theirs = private.parent / "theirs"
+        private.rename(theirs)
+        (theirs / props.name).write_text(EVIL)
+        os.chown(theirs, OTHER_UID, OTHER_UID)
+        private.symlink_to(theirs)
+    assert jvm_archive.use_archive() == archive
+    _assert_ours(_used_properties(), archive)
+    if how != "world-writable":  # a directory of ours is made private again
+        assert _used_properties().parent != private
