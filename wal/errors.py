@@ -59,3 +59,12 @@ class UnknownRecordVersionError(CorruptRecordError):
     def __init__(self, message: str, version: int) -> None:
         self.version = version
         super().__init__(message)
+
+
+class TornRecordError(CorruptRecordError):
+    """A chunked record stops before its last chunk and another record starts.
+
+    What a writer that died between the chunks of a record leaves behind: that
+    write never returned, so no acknowledged record is lost by skipping it. The
+    record that follows is read normally.
+    """

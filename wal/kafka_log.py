@@ -49,12 +49,14 @@ from wal.framing import encode_record
 from wal.handle import RecordHandle
 from wal.reader import CorruptHandler, WalReader
 from wal.segments import Segment
+from walstream import killpoints
 from walstream.kafka_logging import with_logger
 
 log = logging.getLogger(__name__)
 
 _PARTITION = 0
 _FRAME_OVERHEAD = 64  # magic, version and Avro fields around a chunk
+_BETWEEN_CHUNKS = "wal.between_chunks"  # kill point: see walstream.killpoints
 
 
 class _Ack:
@@ -128,7 +130,8 @@ class KafkaWriteAheadLog(WriteAheadLog):
         self._admin: AdminClient | None = None
         self._threshold_ms = -1
         self._reader = WalReader(
-            bootstrap_servers, self.config.read_timeout_s, self.config.consumer_config
+            bootstrap_servers, self.config.read_timeout_s, self.config.consumer_config,
+            self.config.max_record_bytes,
         )
         self._cleaner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"wal-clean-{name}")
         self.corrupt_records = 0
@@ -298,6 +301,11 @@ class KafkaWriteAheadLog(WriteAheadLog):
             self._check_open()
             producer = self._producer_client()
             for i, frame in enumerate(frames):
+                if i and killpoints.armed(_BETWEEN_CHUNKS):
+                    # The chunks before are flushed first, so the crash leaves a torn
+                    # record in the log, as a writer dying mid-record would.
+                    producer.flush(self.config.write_timeout_s)
+                    killpoints.kill_point(_BETWEEN_CHUNKS)
                 while True:
                     try:
                         producer.produce(seg.topic, frame, partition=_PARTITION,

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from wal.errors import CorruptRecordError, RecordNotFoundError, WalReadError
-from wal.framing import Reassembler, decode_frame
+from wal.framing import DEFAULT_MAX_RECORD_BYTES, Reassembler, decode_frame
 from wal.handle import RecordHandle
 from walstream.kafka_logging import with_logger
 
@@ -107,14 +107,21 @@ def default_corrupt_handler(err: CorruptRecordError) -> None:
 
 
 class WalReader:
-    """Reads WAL frames back; one Kafka consumer, serialised by a lock."""
+    """Reads WAL frames back; one Kafka consumer, serialised by a lock.
+
+    A frame declaring a record above ``max_record_bytes`` (give the writer's
+    ``KafkaWalConfig.max_record_bytes`` when it was raised) is corrupt, so no read
+    holds more than that many bytes of one record.
+    """
 
     def __init__(
         self,
         bootstrap_servers: str,
         timeout_s: float = 30.0,
         extra_config: dict[str, Any] | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
+        self._max_record_bytes = max_record_bytes
         self._conf = consumer_config(bootstrap_servers, extra_config)
         self._read_conf = consumer_config(
             bootstrap_servers, {"fetch.wait.max.ms": READ_FETCH_WAIT_MS, **(extra_config or {})})
@@ -207,8 +214,12 @@ class WalReader:
                         f"{where}: expected offset {expected}, broker gave {msg.offset()}"
                     )
                 eof_at = None
-                frame = decode_frame(msg.value(), f"{handle.topic}@{msg.offset()}")
-                record = asm.feed(frame, f"{handle.topic}@{msg.offset()}")
+                at = f"{handle.topic}@{msg.offset()}"
+                frame = decode_frame(msg.value(), at, self._max_record_bytes)
+                if frame.chunk_index == 0 and expected != handle.offset:
+                    raise CorruptRecordError(f"{where}: a new record starts at {at} "
+                                             f"before the handle's {handle.chunks} chunks")
+                record = asm.feed(frame, at)
                 expected += 1
                 if record is not None:
                     if expected - handle.offset != handle.chunks:
@@ -232,8 +243,12 @@ class WalReader:
 
         Records older than ``min_time_ms`` are skipped. A corrupt or foreign
         record is passed to ``on_corrupt`` and skipped (raised when ``strict``). A
-        trailing record whose chunks stop early belongs to a write that never
-        returned and is skipped. A topic deleted meanwhile simply ends.
+        record whose chunks stop early belongs to a write that never returned: at
+        the end it is skipped (logged), and when a new record follows it (a
+        writer died between chunks and another wrote on) it is passed to
+        ``on_corrupt`` as a :class:`~wal.errors.TornRecordError`, even when
+        ``strict``, and the record that follows is read whole. A topic deleted
+        meanwhile simply ends.
         """
         report = on_corrupt or default_corrupt_handler
         consumer = Consumer(with_logger(self._conf))
@@ -245,7 +260,7 @@ class WalReader:
             # anyway (retention on a real cluster) falls back to the beginning below.
             consumer.assign([TopicPartition(topic, partition, 0)])
             from_zero = True
-            asm = Reassembler()
+            asm = Reassembler(on_torn=report)
             first_offset = -1
             idle_since = time.monotonic()
             next_check = idle_since + 1.0
@@ -280,8 +295,8 @@ class WalReader:
                 offset = int(msg.offset() or 0)
                 where = f"{topic}@{offset}"
                 try:
-                    frame = decode_frame(msg.value(), where)
-                    if not asm.pending:
+                    frame = decode_frame(msg.value(), where, self._max_record_bytes)
+                    if frame.chunk_index == 0:  # feed starts a record with it or raises
                         first_offset = offset
                     record = asm.feed(frame, where)
                 except CorruptRecordError as exc:

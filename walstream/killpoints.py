@@ -15,6 +15,9 @@ this: a point fault costs one restart instead of two).
 
 Names in use (each documented where it is placed):
 
+* ``wal.between_chunks``                  -- a record above ``chunk_bytes`` torn: its
+  first chunks acknowledged by the broker, the rest never produced (the WAL
+  flushes them first when armed, see :func:`armed`)
 * ``receiver.after_store_before_report``  -- block in the WAL, driver not told
 * ``tracker.after_log_before_apply``      -- an event is durable, memory not changed
 * ``tracker.after_add_block_before_answer`` -- AddBlock logged and applied, no answer
@@ -85,6 +88,28 @@ def _file_armed(path: str, name: str) -> bool:
     except FileNotFoundError:
         return False  # another process fired it first
     return True
+
+
+def armed(name: str) -> bool:
+    """True when ``name`` is the point armed by variable or by file (any crossing count).
+
+    For a point that must prepare the crash it simulates (flush what a real
+    crash would have left behind) before :func:`kill_point` fires; it never
+    counts a crossing. Costs what ``kill_point`` costs: one dict lookup without
+    ``WALSTREAM_KILL_POINT_FILE``, one failed open with it while nothing is armed.
+    """
+    spec = _armed()
+    if spec is not None and spec[0] == name:
+        return True
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return False
+    try:
+        with open(path) as f:
+            spec = _parse(f.read())
+    except OSError:
+        return False
+    return spec is not None and spec[0] == name
 
 
 def kill_point(name: str) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wal import KafkaWriteAheadLog, RecordHandle
+from wal.errors import CorruptRecordError, TornRecordError
+from walstream import killpoints
 
 
 def _record(i: int) -> bytes:
@@ -55,3 +57,54 @@ def test_sigkill_after_n_acknowledged_writes_loses_none(
     finally:
         log.clean(2**40, wait_for_completion=True)
         log.close()
+
+
+def test_sigkill_between_chunks_loses_no_acknowledged_record(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A writer dies between two chunks of a record; a new writer continues the same
+    segment; read_all returns every acknowledged record and reports the torn one."""
+    name = unique_name("torn")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walstream.testing.wal_writer", bootstrap, name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, killpoints.ENV: "wal.between_chunks"},
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL, err
+    assert "kill point wal.between_chunks reached" in err
+    acked = [(row["i"], RecordHandle.from_dict(row["handle"]))
+             for row in map(json.loads, out.splitlines())]
+    torn_i = len(acked)  # the record whose write never returned
+    assert [i for i, _ in acked] == list(range(torn_i))
+    assert len(_record(torn_i)) > 2048, "the torn record spans chunks"
+
+    reports: list[CorruptRecordError] = []
+    after = [b"after-crash-single", b"after-crash-multi:" * 300, b"after-crash-last"]
+    log = KafkaWriteAheadLog(bootstrap, name, rolling_interval_ms=500, chunk_bytes=2048,
+                             on_corrupt=reports.append)
+    try:
+        segments_before = log.segments()
+        # Same time as the torn record: the new writer appends to its segment.
+        new = [log.write(rec, 1_000 + 5 * torn_i) for rec in after]
+        assert log.segments() == segments_before
+        assert new[0].topic == acked[-1][1].topic
+        everything = list(log.read_all())
+        assert everything == [_record(i) for i in range(torn_i)] + after
+        for rec, handle in zip(after, new, strict=True):
+            assert log.read(handle) == rec
+        assert len(reports) == 1 and log.corrupt_records == 1
+        assert isinstance(reports[0], TornRecordError)
+    finally:
+        log.close()
+    # Cleaned by a fresh instance: deleting a segment right after this process's
+    # consumer fetched from it can crash librdkafka (SIGSEGV in its metadata cache).
+    cleaner = KafkaWriteAheadLog(bootstrap, name)
+    cleaner.clean(2**40, wait_for_completion=True)
+    cleaner.close()
