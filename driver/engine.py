@@ -211,6 +211,13 @@ class StreamingEngine:
         floor = self.keep_batches_after_ms
         if floor is not None:
             thresh = min(thresh, floor + 1)  # batches after the restored state stay
+        pending = self.generator.pending_times()
+        if pending:
+            # A batch not completed (running, or failed: it never completes) keeps its
+            # data. Its blocks were stored after the previous batch was allocated, at
+            # or after that batch's time, and cleanup removes only what is older than
+            # the threshold: one interval before the oldest pending batch keeps them.
+            thresh = min(thresh, pending[0] - self.config.batch_interval_ms)
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)
         if self._clean_driver_streams is not None:

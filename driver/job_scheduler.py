@@ -7,6 +7,13 @@ stream, one :class:`OutputOperationInfo` per output operation) and posts
 PySpark's listener events. A failed job is recorded with its original error
 text and re-raised by :meth:`await_termination`, as ``ssc.awaitTermination``
 does; the other batches go on.
+
+A batch with a failed job is not completed (Spark's handleJobCompletion): the
+listener still gets ``onBatchCompleted`` with the failure reasons (as Spark
+posts it), but ``on_batch_completed`` is never called for it, so its completion
+checkpoint and the cleanup after it never happen, and it stays in
+:meth:`pending_times` (every later checkpoint lists it, a restart re-runs it),
+which also keeps the engine's cleanup from passing it.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class JobSet:
     jobs: list[Job]
     info: BatchInfo
     remaining: int = 0
+    failed: bool = False  # a job raised: the batch is never completed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -81,6 +89,7 @@ class JobScheduler:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._running: dict[int, JobSet] = {}
+        self._failed: dict[int, JobSet] = {}  # done with a failed job: pending for good
         self._finishing = 0  # batches done whose completion callback has not returned
         self.completed: list[BatchInfo] = []  # newest last, at most max_retained_batches
         self._max_retained = max_retained_batches
@@ -132,6 +141,8 @@ class JobScheduler:
             job.func()
         except Exception as exc:
             op.failure_reason = _reason(exc)
+            with job_set.lock:
+                job_set.failed = True
             self.report_error(f"Error running job {job.name} of batch {job.time_ms}", exc)
         finally:
             op.end_time_ms = now_ms()
@@ -155,12 +166,19 @@ class JobScheduler:
     def _finish(self, job_set: JobSet) -> None:
         with self._lock:
             self._running.pop(job_set.time_ms, None)
+            if job_set.failed:
+                # Added before _running loses it (same lock): pending_times never
+                # misses it, so no checkpoint or cleanup in between can pass it.
+                self._failed[job_set.time_ms] = job_set
             self.completed.append(job_set.info)
             del self.completed[:-self._max_retained]
             self._finishing += 1
         self.bus.post("onBatchCompleted", event(batchInfo=_snapshot(job_set.info)))
         try:
-            if self._on_batch_completed is not None:
+            if job_set.failed:
+                log.warning("batch %d failed: it is not completed, its data is kept and a "
+                          "restart re-runs it", job_set.time_ms)
+            elif self._on_batch_completed is not None:
                 self._on_batch_completed(job_set.info)
         except Exception:
             log.exception("batch %d: completion handling failed", job_set.time_ms)
@@ -170,8 +188,14 @@ class JobScheduler:
                 self._cond.notify_all()
 
     def pending_times(self) -> list[int]:
+        """Batches submitted and not completed: running, waiting, or failed."""
         with self._lock:
-            return sorted(self._running)
+            return sorted({*self._running, *self._failed})
+
+    def failed_times(self) -> list[int]:
+        """Batches with a failed job (never completed)."""
+        with self._lock:
+            return sorted(self._failed)
 
     def waiting_count(self) -> int:
         """Batches submitted whose first job has not started yet."""
@@ -180,7 +204,8 @@ class JobScheduler:
                        if js.info.processing_start_time_ms is None)
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no job set is running and every completion callback returned."""
+        """Wait until no job set is running and every completion callback returned
+        (a failed batch is not running: it never completes)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while self._running or self._finishing:

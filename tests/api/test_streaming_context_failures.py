@@ -45,3 +45,64 @@ def test_direct_stream_probe_failing_stops_context_and_await_termination_raises_
     assert len(calls) == 4  # the first attempt and the 3 default retries
     time.sleep(0.2)
     assert not ssc.sparkContext._jsc.sc().isStopped()  # the application stops it
+
+
+def _driver_wal_events(bootstrap: str, app_id: str) -> list[Any]:
+    """Every tracker event the driver WAL holds, in order."""
+    from driver.events import decode_event
+    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+
+    log = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app_id}-driver"))
+    try:
+        return [decode_event(r) for r in log.read_all()]
+    finally:
+        log.close()
+
+
+def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
+        ssc: StreamingContext, bootstrap: str, tmp_path: Any) -> None:
+    """A batch whose output raises: awaitTermination raises that error; later batches
+    run and are cleaned up, but the failed one stays pending (in every checkpoint),
+    is never cleaned up, and its blocks stay allocated to it in the driver WAL."""
+    from checkpoint.files import read_latest
+    from driver.events import BatchAllocation, BatchCleanup
+    from receiver.rate_receiver import RateGeneratorReceiver
+
+    cpd = str(tmp_path / "cp")
+    ssc.checkpoint(cpd)
+    failed: list[int] = []
+
+    def output(t: Any, rdd: Any) -> None:
+        if not failed and rdd.count() > 0:
+            failed.append(int(t.timestamp() * 1000))
+            raise ValueError("the sink refused batch")
+
+    ssc.receiverStream(RateGeneratorReceiver(rate=200)).foreachRDD(output)
+    ssc.start()
+    with pytest.raises(JobFailedError, match="the sink refused batch"):
+        ssc.awaitTermination(60)
+    t = failed[0]
+    engine = ssc._engine
+    assert engine is not None
+    batch_ms = engine.config.batch_interval_ms
+    # Later batches complete, are checkpointed and cleaned up after (well past t).
+    wait_until(lambda: any(i.batchTime() > t + 4 * batch_ms and i.batchTime() not in
+                           engine.scheduler.failed_times()
+                           for i in engine.scheduler.completed), "later batches")
+    latest = read_latest(cpd)
+    assert latest is not None and latest.checkpoint_time_ms > t + 4 * batch_ms
+    assert t in latest.pending_times_ms, "a restart would not re-run the failed batch"
+    assert t in engine.scheduler.pending_times() and engine.scheduler.failed_times() == [t]
+    blocks = engine.tracker.get_blocks_of_batch(t)
+    assert sum(b.num_records for bs in blocks.values() for b in bs) > 0
+    app_id = engine.config.app_id
+    ssc.stop(stopSparkContext=False)
+
+    events = _driver_wal_events(bootstrap, app_id)
+    cleaned = {x for e in events if isinstance(e, BatchCleanup) for x in e.batch_times_ms}
+    assert cleaned, "no cleanup ran at all: the test proves nothing"
+    assert t not in cleaned, "the failed batch was cleaned up as if completed"
+    assert max(cleaned) < t
+    allocations = [e for e in events if isinstance(e, BatchAllocation)
+                   and e.batch_time_ms == t]
+    assert allocations and any(bs for _, bs in allocations[-1].blocks)

@@ -1,0 +1,43 @@
+"""A failed job's batch is not completed: it stays pending (listed by every later
+checkpoint, so a restart re-runs it), its completion (checkpoint, then cleanup) is
+never handled, and its error reaches ``awaitTermination``."""
+
+from __future__ import annotations
+
+import pytest
+
+from driver.errors import JobFailedError
+from driver.job_scheduler import Job
+from tests.driver.generator_harness import Harness, block
+from tests.driver.helpers import WAIT_S, wait_until
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_failed_job_batch_stays_pending_and_is_never_cleaned_up() -> None:
+    failed: list[int] = []
+
+    def generate(t: int) -> list[Job]:
+        def run() -> None:
+            if not failed:
+                failed.append(t)
+                raise ValueError(f"output of {t} failed")
+        return [Job(t, 0, "save", run)]
+
+    h = Harness(generate=generate)
+    try:
+        assert h.tracker.add_block(block(0, 5))
+        h.gen.start()
+        err = h.scheduler.await_error(WAIT_S)
+        assert isinstance(err, JobFailedError) and isinstance(err.__cause__, ValueError)
+        t = failed[0]
+        # Later batches complete and are cleaned up after; the failed one never is.
+        assert wait_until(lambda: any(c > t for c in h.cleaned))
+        assert t not in h.cleaned
+        assert t in h.scheduler.pending_times()
+        assert t in h.gen.pending_times()  # what every later checkpoint lists as pending
+        assert h.tracker.get_blocks_of_batch(t)[0], "the failed batch's blocks are gone"
+        # A failed batch is not waited for by a graceful stop (it never completes).
+        assert h.scheduler.wait_idle(WAIT_S)
+    finally:
+        h.close()
