@@ -34,3 +34,9 @@ class BlockReportError(ReceiverError):
 
 class BadRecordError(ReceiverError):
     """A record cannot be stored (not encodable, or over ``max_record_bytes``)."""
+
+
+class SourceMetadataError(ReceiverError, TypeError):
+    """``store``'s metadata is not a source position of a shape the supervisor knows
+    (a ``SourceRange``, a ``(topic, partition, offset)`` tuple, or a list or tuple of
+    ``SourceRange``). Raised before anything is stored: positions never vanish silently."""

@@ -52,6 +52,7 @@ from receiver.errors import (
 from receiver.items import encode_item
 from receiver.receiver import Receiver
 from receiver.registration import Registration
+from receiver.source_metadata import SourceTracker, check_source_metadata
 from wal.base import WriteAheadLog
 from wal.errors import WalError, WalWriteTimeoutError
 from wal.handle import RecordHandle
@@ -104,39 +105,6 @@ class SupervisorConfig:
             raise ConfigError("bad_record_policy must be 'skip' or 'fail'")
 
 
-class _SourceTracker:
-    """Source ranges of the data in the generator's current buffer."""
-
-    def __init__(self) -> None:
-        self.ranges: dict[tuple[str, int], list[int]] = {}
-
-    def add(self, metadata: Any) -> None:
-        if isinstance(metadata, list | tuple) and metadata and all(
-            isinstance(m, SourceRange) for m in metadata
-        ):
-            for m in metadata:  # the ranges of a batch of items (push_many)
-                self.add(m)
-            return
-        if isinstance(metadata, SourceRange):
-            key = (metadata.topic, metadata.partition)
-            lo, hi = metadata.from_offset, metadata.until_offset
-        elif isinstance(metadata, tuple) and len(metadata) == 3:
-            key = (str(metadata[0]), int(metadata[1]))
-            lo, hi = int(metadata[2]), int(metadata[2]) + 1
-        else:
-            return
-        cur = self.ranges.get(key)
-        if cur is None:
-            self.ranges[key] = [lo, hi]
-        else:
-            cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
-
-    def take(self) -> tuple[SourceRange, ...]:
-        out = tuple(SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(self.ranges.items()))
-        self.ranges = {}
-        return out
-
-
 @dataclass
 class PendingBlock:
     """A block whose step 1 has begun: encoded, its WAL write maybe in flight."""
@@ -166,7 +134,7 @@ class ReceiverSupervisor:
         self.config = config or SupervisorConfig()
         self.executor_id = executor_id
         self.generator = BlockGenerator(self, stream_id, generator_config)
-        self._sources = _SourceTracker()
+        self._sources = SourceTracker()
         self._block_sources: dict[str, tuple[SourceRange, ...]] = {}
         self._receiver_state = "initialized"
         self._state_lock = threading.RLock()
@@ -303,6 +271,10 @@ class ReceiverSupervisor:
             raise exc
 
     def push_single(self, item: Any, metadata: Any = None) -> None:
+        """Store one item through the block generator. ``metadata``: its source
+        position, in a shape :func:`~receiver.source_metadata.check_source_metadata`
+        accepts (else :class:`~receiver.errors.SourceMetadataError`, nothing stored)."""
+        check_source_metadata(metadata)
         data = self._encode(item)
         if data is None:
             # Still advance the source position: a skipped record counts as handled.
@@ -317,6 +289,7 @@ class ReceiverSupervisor:
         records included) is attached to that block, so the positions are
         acknowledged only when every item of the batch is stored and reported.
         """
+        check_source_metadata(metadata)
         encoded = [d for d in (self._encode(i) for i in items) if d is not None]
         self.generator.add_multiple_data(encoded, metadata)
 
@@ -324,12 +297,14 @@ class ReceiverSupervisor:
         """:meth:`push_many` for items already in their stored encoding
         (:mod:`receiver.items`), as the Kafka receiver's default path builds them;
         only the size limit is checked."""
+        check_source_metadata(metadata)
         limit = self.config.max_record_bytes
         if any(len(r) > limit for r in records):
             records = [d for d in (self._checked(r) for r in records) if d is not None]
         self.generator.add_multiple_data(records, metadata)
 
     def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
+        check_source_metadata(metadata)
         failed = self.error or self.generator.failed
         if self.stopped.is_set() or failed is not None:
             # After a lost block, acknowledging a later one would skip the lost
@@ -340,7 +315,7 @@ class ReceiverSupervisor:
                 + "; data not stored"
             )
         encoded = [d for d in (self._encode(i) for i in items) if d is not None]
-        tracker = _SourceTracker()
+        tracker = SourceTracker()
         tracker.add(metadata)
         block_id = new_block_id(self.stream_id)
         try:
