@@ -47,7 +47,12 @@ SCHEMA_V2: dict[str, Any] = {
     "fields": [*SCHEMA_V1["fields"], {"name": "graph", "type": ["null", "bytes"],
                                       "default": None}],
 }
-CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1, 2: SCHEMA_V2})
+#: The largest checkpoint file decoded. Far above any checkpoint this project
+#: writes (the data part is small; the pickled graph holds the user's functions),
+#: it refuses a file that is not a checkpoint before its decode allocates.
+MAX_CHECKPOINT_BYTES = 1024 * 1024 * 1024
+CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1, 2: SCHEMA_V2},
+                       max_bytes=MAX_CHECKPOINT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -90,14 +95,29 @@ class CheckpointData:
         return body + zlib.crc32(body).to_bytes(4, "big")
 
     @classmethod
-    def decode(cls, data: bytes, where: str = "checkpoint") -> CheckpointData:
+    def decode(cls, data: bytes | bytearray | memoryview, where: str = "checkpoint",
+               max_bytes: int = MAX_CHECKPOINT_BYTES) -> CheckpointData:
+        """Decode a checkpoint file's bytes.
+
+        Raises :class:`CorruptCheckpointError` for anything but a whole
+        checkpoint of a known version (``UnknownSchemaVersionError``'s message
+        kept): not bytes, shorter than an envelope, above ``max_bytes``
+        (refused before the CRC is computed), a CRC mismatch or a body that
+        does not decode.
+        """
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise CorruptCheckpointError(f"{where}: a {type(data).__name__} is not bytes")
+        if len(data) > max_bytes:
+            raise CorruptCheckpointError(f"{where}: {len(data)} bytes (max {max_bytes}), "
+                                         "not a checkpoint")
+        data = bytes(data)
         if len(data) < 8:
             raise CorruptCheckpointError(f"{where}: {len(data)} bytes, too short")
         body, crc = data[:-4], int.from_bytes(data[-4:], "big")
         if zlib.crc32(body) != crc:
             raise CorruptCheckpointError(f"{where}: CRC mismatch (truncated or corrupt)")
         try:
-            _, d = CODEC.decode(body)
+            _, d = CODEC.decode(body, max_bytes=max_bytes)
         except CorruptDataError as exc:
             raise CorruptCheckpointError(f"{where}: {exc}") from exc
         return cls(

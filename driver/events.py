@@ -12,6 +12,7 @@ from typing import Any
 
 from receiver.block import SourceRange
 from receiver.block_info import BLOCK_INFO_SCHEMA, ReceivedBlockInfo
+from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
 
@@ -53,7 +54,11 @@ EVENT_SCHEMA_V1: dict[str, Any] = {
     ],
 }
 
-EVENT_CODEC = VersionedCodec("tracker event", b"WSEV", {1: EVENT_SCHEMA_V1})
+#: The largest event decoded: an event is one WAL record (within a batched group),
+#: never above the WAL's default ``max_record_bytes``.
+MAX_EVENT_BYTES = DEFAULT_MAX_RECORD_BYTES
+EVENT_CODEC = VersionedCodec("tracker event", b"WSEV", {1: EVENT_SCHEMA_V1},
+                             max_bytes=MAX_EVENT_BYTES)
 
 AllocatedBlocks = dict[int, tuple[ReceivedBlockInfo, ...]]
 
@@ -104,7 +109,12 @@ def encode_event(event: TrackerEvent) -> bytes:
 
 
 def decode_event(data: bytes) -> TrackerEvent:
-    """Decode one event; raises CorruptDataError / UnknownSchemaVersionError."""
+    """Decode one event; raises CorruptDataError / UnknownSchemaVersionError.
+
+    Never another exception type, for any input (see ``VersionedCodec.decode``;
+    the schema fixes every field's type, and handles are validated); input
+    above MAX_EVENT_BYTES is refused before decoding.
+    """
     _, d = EVENT_CODEC.decode(data)
     kind = d["kind"]
     if kind == "BLOCK_ADDITION":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import VersionedCodec, avro_long
 
 SOURCE_RANGE_SCHEMA: dict[str, Any] = {
@@ -37,7 +38,10 @@ BLOCK_SCHEMA_V1: dict[str, Any] = {
     ],
 }
 
-BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1})
+#: The largest block decoded: a block is one WAL record, never above the WAL's
+#: default ``max_record_bytes`` (pass the writer's to ``Block.decode`` if raised).
+MAX_BLOCK_BYTES = DEFAULT_MAX_RECORD_BYTES
+BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1}, max_bytes=MAX_BLOCK_BYTES)
 _BLOCK_PREFIX_V1 = BLOCK_CODEC.magic + bytes((1,))
 
 
@@ -107,8 +111,11 @@ class Block:
         return b"".join(parts)
 
     @classmethod
-    def decode(cls, data: bytes) -> Block:
-        _, d = BLOCK_CODEC.decode(data)
+    def decode(cls, data: bytes, max_bytes: int = MAX_BLOCK_BYTES) -> Block:
+        """Decode a stored block; any other input raises ``CorruptDataError`` (or
+        ``UnknownSchemaVersionError``), never another exception type. Input
+        above ``max_bytes`` is refused before decoding."""
+        _, d = BLOCK_CODEC.decode(data, max_bytes)
         return cls(
             d["stream_id"],
             d["block_id"],

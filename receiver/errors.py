@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walstream.errors import WalStreamError
+from walstream.errors import CorruptDataError, WalStreamError
 
 
 class ReceiverError(WalStreamError):
@@ -34,6 +34,10 @@ class BlockReportError(ReceiverError):
 
 class BadRecordError(ReceiverError):
     """A record cannot be stored (not encodable, or over ``max_record_bytes``)."""
+
+
+class CorruptItemError(BadRecordError, CorruptDataError):
+    """A stored item does not decode: truncated, garbage, too deep or too large."""
 
 
 class SourceMetadataError(ReceiverError, TypeError):

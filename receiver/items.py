@@ -15,8 +15,13 @@ from typing import Any
 
 import fastavro
 
-from receiver.errors import BadRecordError
+from receiver.errors import BadRecordError, CorruptItemError
+from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import avro_long
+
+#: The largest item ``decode_item`` reads: an item is never larger than the WAL
+#: record holding its block (the WAL's default ``max_record_bytes``).
+MAX_ITEM_BYTES = DEFAULT_MAX_RECORD_BYTES
 
 _PAIR_SCHEMA = fastavro.parse_schema(
     {
@@ -98,23 +103,56 @@ def encode_item(item: Any) -> bytes:
             return encode_pair(key, value)
     try:
         return b"j" + json.dumps(item, separators=(",", ":"), allow_nan=False).encode()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise BadRecordError(
             f"cannot encode a {type(item).__name__} item: store bytes, str, (key, value) "
             f"pairs or JSON values ({exc})"
         ) from exc
 
 
-def decode_item(data: bytes) -> Any:
+def _decode_pair(body: bytes) -> tuple[bytes | str | None, bytes | str | None]:
+    buf = io.BytesIO(body)
+    try:
+        d = fastavro.schemaless_reader(buf, _PAIR_SCHEMA, None)
+    except Exception as exc:  # fastavro raises EOFError, IndexError, UnicodeDecodeError...
+        raise CorruptItemError(f"a (key, value) item does not decode: {exc!r}") from exc
+    if not isinstance(d, dict):
+        raise CorruptItemError(f"a (key, value) item decoded to a {type(d).__name__}")
+    if buf.tell() != len(body):
+        raise CorruptItemError(f"{len(body) - buf.tell()} trailing bytes after a (key, value) item")
+    return (d["key"], d["value"])
+
+
+def decode_item(data: bytes | bytearray | memoryview, max_bytes: int = MAX_ITEM_BYTES) -> Any:
+    """The item ``encode_item`` stored as ``data``.
+
+    Raises :class:`CorruptItemError` (a ``BadRecordError`` and a
+    ``CorruptDataError``) for anything else: bytes that are not an item,
+    truncated or invalid UTF-8, JSON nested deeper than the interpreter's
+    recursion limit, input above ``max_bytes`` (refused before decoding) or not
+    bytes at all. Never another exception type; time and memory are linear in
+    ``len(data)``.
+    """
+    if not isinstance(data, bytes):
+        if not isinstance(data, bytearray | memoryview):
+            raise CorruptItemError(f"item: a {type(data).__name__} is not bytes")
+        data = bytes(data)
+    if len(data) > max_bytes:
+        raise CorruptItemError(f"an item of {len(data)} bytes (max {max_bytes})")
     tag, body = data[:1], data[1:]
-    if tag == b"b":
-        return bytes(body)
-    if tag == b"s":
-        return body.decode("utf-8", "surrogatepass")
-    if tag == b"k":
-        d = fastavro.schemaless_reader(io.BytesIO(body), _PAIR_SCHEMA, None)
-        assert isinstance(d, dict)
-        return (d["key"], d["value"])
-    if tag == b"j":
-        return json.loads(body)
-    raise BadRecordError(f"unknown item tag {tag!r} in a block")
+    try:
+        if tag == b"b":
+            return body
+        if tag == b"s":
+            return body.decode("utf-8", "surrogatepass")
+        if tag == b"k":
+            return _decode_pair(body)
+        if tag == b"j":
+            return json.loads(body)
+    except UnicodeDecodeError as exc:
+        raise CorruptItemError(f"a {tag.decode()!r} item is not valid UTF-8: {exc}") from exc
+    except RecursionError as exc:
+        raise CorruptItemError("a JSON item is nested too deeply to decode") from exc
+    except ValueError as exc:  # JSONDecodeError, and an integer over int_max_str_digits
+        raise CorruptItemError(f"a JSON item does not decode: {exc}") from exc
+    raise CorruptItemError(f"unknown item tag {tag!r} in a block")

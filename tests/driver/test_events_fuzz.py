@@ -1,0 +1,109 @@
+"""Fuzz of the tracker event decoder: every input decodes or raises CorruptDataError."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from driver.events import (
+    EVENT_CODEC,
+    BatchAllocation,
+    BatchCleanup,
+    BlockAddition,
+    decode_event,
+    encode_event,
+)
+from receiver.block import SourceRange
+from receiver.block_info import ReceivedBlockInfo
+from tests.walstream.fuzz_checks import (
+    FUZZ,
+    WRONG_TYPES,
+    decodes_or_typed_error,
+    garbage,
+    huge_lengths,
+    truncations,
+)
+from wal.handle import RecordHandle
+from walstream.avro_codec import avro_long
+from walstream.errors import CorruptDataError
+
+INFO = ReceivedBlockInfo(1, "input-1-a", 5, RecordHandle("wal-t", 0, 7, 2),
+                         (SourceRange("src", 0, 0, 5),))
+VALID = [
+    encode_event(BlockAddition(INFO)),
+    encode_event(BatchAllocation(2000, ((1, (INFO, INFO)), (2, ())))),
+    encode_event(BatchCleanup((1000, 2000), ((1, (SourceRange("src", 0, 0, 5),)),))),
+]
+PREFIX = EVENT_CODEC.magic + b"\x01"
+ADDITION, ALLOCATION, CLEANUP = avro_long(0), avro_long(1), avro_long(2)
+
+
+@FUZZ
+@given(garbage)
+def test_random_bytes_raise_a_typed_error(data: bytes) -> None:
+    decodes_or_typed_error(decode_event, data)
+
+
+@FUZZ
+@given(st.sampled_from([b"", ADDITION, ALLOCATION, CLEANUP]), garbage)
+def test_a_valid_envelope_with_a_garbage_body_raises_a_typed_error(kind: bytes,
+                                                                   body: bytes) -> None:
+    decodes_or_typed_error(decode_event, PREFIX + kind + body)
+
+
+@pytest.mark.parametrize("valid", VALID, ids=["addition", "allocation", "cleanup"])
+def test_every_truncation_of_a_valid_event_raises_a_typed_error(valid: bytes) -> None:
+    for cut in truncations(valid):
+        with pytest.raises(CorruptDataError):
+            decode_event(cut)
+
+
+def test_huge_declared_lengths_and_indexes_raise_without_allocating() -> None:
+    no_block = ALLOCATION + b"\x00" + avro_long(2000)
+    cases = [
+        *huge_lengths(PREFIX),  # the event kind's enum index
+        *huge_lengths(PREFIX + ADDITION),  # the block union's branch
+        *huge_lengths(PREFIX + ADDITION + b"\x02" + avro_long(1)),  # the block id's length
+        *huge_lengths(PREFIX + no_block),  # the allocated streams' count
+        *huge_lengths(PREFIX + no_block + avro_long(1) + avro_long(1)),  # a stream's blocks
+        *huge_lengths(PREFIX + no_block + b"\x00"),  # the cleanup times' count
+        *huge_lengths(PREFIX + no_block + b"\x00\x00"),  # the positions' count
+    ]
+    for data in cases:
+        assert decodes_or_typed_error(decode_event, data) is None
+
+
+def test_an_invalid_handle_inside_a_valid_encoding_raises_a_typed_error() -> None:
+    bad = EVENT_CODEC.encode({
+        "kind": "BLOCK_ADDITION",
+        "block": {"stream_id": 1, "block_id": "b", "num_records": 1,
+                  "handle": {"topic": "", "partition": -1, "offset": -5, "chunks": 0,
+                             "index": -1},
+                  "source": []},
+        "batch_time_ms": -1, "allocated": [], "cleanup_times_ms": [], "positions": []})
+    with pytest.raises(CorruptDataError, match="record handle"):
+        decode_event(bad)
+
+
+@pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)
+def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
+    with pytest.raises(CorruptDataError, match="not bytes"):
+        decode_event(wrong)  # type: ignore[arg-type]
+
+
+def test_an_event_above_max_event_bytes_is_refused_before_decoding() -> None:
+    from driver.events import MAX_EVENT_BYTES
+
+    assert EVENT_CODEC.max_bytes == MAX_EVENT_BYTES >= 256 * 1024 * 1024
+    with pytest.raises(CorruptDataError, match="max 10"):
+        EVENT_CODEC.decode(VALID[0], max_bytes=10)
+
+
+@FUZZ
+@given(st.sampled_from(VALID), st.integers(min_value=0), st.integers(0, 255))
+def test_a_flipped_byte_decodes_or_raises_a_typed_error(valid: bytes, pos: int,
+                                                        value: int) -> None:
+    data = bytearray(valid)
+    data[pos % len(data)] = value
+    decodes_or_typed_error(decode_event, bytes(data))
