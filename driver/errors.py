@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walstream.errors import WalStreamError
+from walstream.errors import CorruptDataError, WalStreamError
 
 
 class DriverError(WalStreamError):
@@ -23,3 +23,13 @@ class JobFailedError(DriverError):
 
 class StreamClosedError(DriverError):
     """A driver-side input stream was used after its context stopped and closed it."""
+
+
+class RpcMessageError(DriverError, CorruptDataError):
+    """An RPC body is truncated, garbage, or over a bound (message size, items in an
+    array, bytes in a string); the message names the bound. Nothing was decoded."""
+
+
+class ReportLimitError(DriverError):
+    """A receiver's report exceeds a limit of the driver's endpoint (source ranges per
+    block, name length, record count); refused before anything was logged or kept."""

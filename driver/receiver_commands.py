@@ -27,6 +27,7 @@ class CommandMailbox:
         self._stop: str | None = None
         self._rate: float | None = None
         self._cleanup: int | None = None
+        self._stream = 0  # which Control stream follows this mailbox (the latest opened)
 
     def stop(self, message: str) -> None:
         """Ask the receiver to stop; an earlier pending STOP is replaced (latest reason)."""
@@ -53,11 +54,30 @@ class CommandMailbox:
     def _count(self) -> int:  # the caller holds the lock
         return sum(x is not None for x in (self._stop, self._rate, self._cleanup))
 
-    def take(self, timeout_s: float) -> dict[str, Any] | None:
-        """The next command as a ``COMMAND`` body, waiting up to ``timeout_s``; None
-        when none came."""
+    def open_stream(self) -> int:
+        """A new Control stream follows this mailbox: the token to :meth:`take` with.
+        The stream it supersedes is woken and gets ``None`` from then on, so one
+        receiver holds at most one server thread for its commands."""
         with self._cond:
-            self._cond.wait_for(lambda: self._count() > 0, timeout_s)
+            self._stream += 1
+            self._cond.notify_all()
+            return self._stream
+
+    def is_current(self, stream: int) -> bool:
+        with self._cond:
+            return stream == self._stream
+
+    def take(self, timeout_s: float, stream: int | None = None) -> dict[str, Any] | None:
+        """The next command as a ``COMMAND`` body, waiting up to ``timeout_s``; None
+        when none came, or at once when ``stream`` (from :meth:`open_stream`) was
+        superseded."""
+        with self._cond:
+            def ready() -> bool:
+                return self._count() > 0 or (stream is not None and stream != self._stream)
+
+            self._cond.wait_for(ready, timeout_s)
+            if stream is not None and stream != self._stream:
+                return None
             if self._cleanup is not None:
                 thresh, self._cleanup = self._cleanup, None
                 return {"kind": "CLEANUP_OLD_BLOCKS", "thresh_time_ms": thresh}

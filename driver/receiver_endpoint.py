@@ -3,7 +3,10 @@
 RegisterReceiver (accept or refuse, answering with the source positions the
 driver acknowledged and the current rate limit), AddBlock (True only after the
 tracker logged the block), ReportError and DeregisterReceiver. Unknown or
-deregistered receivers are refused with a clear error. The gRPC
+deregistered receivers are refused with a clear error, and so is anything over
+:class:`~driver.endpoint_limits.EndpointLimits` (checked before a block is
+logged or kept; Report strings are truncated before they are kept or logged).
+The gRPC
 :class:`~driver.receiver_tracker.ReceiverTracker` serves the same messages to
 receivers on executors.
 """
@@ -15,7 +18,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from driver.errors import UnknownReceiverError
+from driver.endpoint_limits import EndpointLimits
+from driver.errors import ReportLimitError, UnknownReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_commands import CommandMailbox
 from receiver.block_info import ReceivedBlockInfo
@@ -42,8 +46,10 @@ class ReceiverTrackingInfo:
 
 class LocalReceiverEndpoint:
     def __init__(self, block_tracker: ReceivedBlockTracker, stream_ids: list[int],
-                 listener: Listener | None = None) -> None:
+                 listener: Listener | None = None,
+                 limits: EndpointLimits | None = None) -> None:
         self.block_tracker = block_tracker
+        self.limits = limits or EndpointLimits()
         self.receivers = {s: ReceiverTrackingInfo(s) for s in stream_ids}
         self._lock = threading.Lock()
         self._listener = listener
@@ -61,6 +67,11 @@ class LocalReceiverEndpoint:
                 log.exception("receiver listener failed")
 
     def register_receiver(self, stream_id: int, host: str, executor_id: str) -> Registration:
+        try:
+            self.limits.check_name("the host", host)
+            self.limits.check_name("the executor id", executor_id)
+        except ReportLimitError as exc:
+            return Registration(False, str(exc))
         with self._lock:
             info = self.receivers.get(stream_id)
             if self._stopping.is_set():
@@ -87,11 +98,16 @@ class LocalReceiverEndpoint:
                 "register it before reporting blocks")
 
     def add_block(self, info: ReceivedBlockInfo) -> bool:
+        """True once the block is logged; :class:`ReportLimitError` (nothing logged or
+        kept) for a report over :attr:`limits`, :class:`UnknownReceiverError` for a
+        receiver that is not registered."""
+        self.limits.check_block(info)
         with self._lock:
             self._require_active(info.stream_id)
         return self.block_tracker.add_block(info)
 
     def report_error(self, stream_id: int, message: str, error: str) -> None:
+        message, error = self.limits.truncate(message), self.limits.truncate(error)
         with self._lock:
             info = self.receivers.get(stream_id)
             if info is not None:
@@ -100,6 +116,7 @@ class LocalReceiverEndpoint:
         self._emit("receiver_error", stream_id, f"{message}: {error}")
 
     def deregister_receiver(self, stream_id: int, message: str, error: str) -> None:
+        message, error = self.limits.truncate(message), self.limits.truncate(error)
         with self._lock:
             info = self.receivers.get(stream_id)
             if info is not None and info.state == "active":

@@ -28,7 +28,8 @@ from typing import Any
 import grpc
 
 from driver import rpc_messages as m
-from driver.errors import UnknownReceiverError
+from driver.endpoint_limits import EndpointLimits
+from driver.errors import ReportLimitError, UnknownReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import Listener, LocalReceiverEndpoint
 from driver.receiver_scheduling import (
@@ -39,6 +40,7 @@ from driver.receiver_scheduling import (
 )
 from receiver.block_info import ReceivedBlockInfo
 from receiver.task import ReceiverTaskSpec, run_receiver_task
+from walstream.errors import ConfigError, CorruptDataError
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +62,45 @@ class ReceiverTracker(LocalReceiverEndpoint):
         stream_ids: list[int],
         host: str = "127.0.0.1",
         port: int = 0,
-        max_workers: int = 32,
+        max_workers: int | None = None,
         listener: Listener | None = None,
+        limits: EndpointLimits | None = None,
     ) -> None:
-        super().__init__(block_tracker, stream_ids, listener)
+        """``max_workers``: threads for the unary calls (default
+        ``limits.unary_workers``); the pool has two more per input stream for the
+        Control streams, and at most ``maximum_concurrent_rpcs`` calls run or wait
+        (more are refused with RESOURCE_EXHAUSTED, which a receiver retries)."""
+        super().__init__(block_tracker, stream_ids, listener, limits)
+        unary = self.limits.unary_workers if max_workers is None else max_workers
+        if unary < 1:
+            raise ConfigError("ReceiverTracker: max_workers must be >= 1")
+        # A Control stream holds its thread for the receiver's life; a relaunched
+        # receiver's stream may overlap the one it supersedes for a moment.
+        self.max_workers = 2 * len(self.receivers) + unary
+        # Unary calls may queue as deep as their pool; beyond that, refuse at once.
+        self.maximum_concurrent_rpcs = self.max_workers + unary
+        self.server_options = [
+            ("grpc.max_receive_message_length", self.limits.max_message_bytes),
+            ("grpc.max_send_message_length", self.limits.max_message_bytes),
+        ]
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-            options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+            futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rpc"),
+            options=self.server_options,
+            maximum_concurrent_rpcs=self.maximum_concurrent_rpcs,
         )
+        add_block_request = m.ADD_BLOCK_REQUEST.with_bounds(
+            self.limits.add_block_bounds(), self.limits.max_message_bytes)
         handlers = {
             "RegisterReceiver": grpc.unary_unary_rpc_method_handler(
-                self._rpc_register, m.decode(m.REGISTER_REQUEST), m.encode(m.REGISTER_RESPONSE)),
+                self._rpc_register, m.decode_request(m.REGISTER_REQUEST),
+                m.encode(m.REGISTER_RESPONSE)),
             "AddBlock": grpc.unary_unary_rpc_method_handler(
-                self._rpc_add_block, m.decode(m.ADD_BLOCK_REQUEST), m.encode(m.ADD_BLOCK_RESPONSE)),
+                self._rpc_add_block, m.decode_request(add_block_request),
+                m.encode(m.ADD_BLOCK_RESPONSE)),
             "Report": grpc.unary_unary_rpc_method_handler(
-                self._rpc_report, m.decode(m.REPORT_REQUEST), m.encode(m.EMPTY)),
+                self._rpc_report, m.decode_request(m.REPORT_REQUEST), m.encode(m.EMPTY)),
             "Control": grpc.unary_stream_rpc_method_handler(
-                self._rpc_control, m.decode(m.CONTROL_REQUEST), m.encode(m.COMMAND)),
+                self._rpc_control, m.decode_request(m.CONTROL_REQUEST), m.encode(m.COMMAND)),
         }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(m.SERVICE, handlers),))
@@ -90,35 +114,54 @@ class ReceiverTracker(LocalReceiverEndpoint):
 
     # -- gRPC adapters ------------------------------------------------------------
 
-    def _rpc_register(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> dict[str, Any]:
+    @staticmethod
+    def _refuse(req: dict[str, Any] | m.BadRequest, ctx: grpc.ServicerContext) -> dict[str, Any]:
+        """The decoded request; a refused body ends the call with INVALID_ARGUMENT."""
+        if isinstance(req, m.BadRequest):
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, req.message[:1000])
+        assert isinstance(req, dict)
+        return req
+
+    def _rpc_register(self, body: dict[str, Any] | m.BadRequest,
+                      ctx: grpc.ServicerContext) -> dict[str, Any]:
+        req = self._refuse(body, ctx)
         r = self.register_receiver(req["stream_id"], req["host"], req["executor_id"])
         return {"accepted": r.accepted, "message": r.message,
                 "positions": [p.to_dict() for p in r.positions], "rate_limit": r.rate_limit}
 
-    def _rpc_add_block(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> dict[str, Any]:
-        info = ReceivedBlockInfo.from_dict(req["block"])
+    def _rpc_add_block(self, req: dict[str, Any] | m.BadRequest,
+                       ctx: grpc.ServicerContext) -> dict[str, Any]:
+        if isinstance(req, m.BadRequest):
+            return {"ok": False, "message": f"block report refused: {req.message}"[:1000]}
         try:
-            ok = self.add_block(info)
-        except UnknownReceiverError as exc:
-            return {"ok": False, "message": str(exc)}
+            ok = self.add_block(ReceivedBlockInfo.from_dict(req["block"]))
+        except (UnknownReceiverError, ReportLimitError, CorruptDataError) as exc:
+            return {"ok": False, "message": str(exc)[:1000]}
         return {"ok": ok, "message": "" if ok else "the driver could not log the block"}
 
-    def _rpc_report(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> dict[str, Any]:
+    def _rpc_report(self, body: dict[str, Any] | m.BadRequest,
+                    ctx: grpc.ServicerContext) -> dict[str, Any]:
+        req = self._refuse(body, ctx)
         if req["kind"] == "DEREGISTER":
             self.deregister_receiver(req["stream_id"], req["message"], req["error"])
         else:
             self.report_error(req["stream_id"], req["message"], req["error"])
         return {}
 
-    def _rpc_control(self, req: dict[str, Any], ctx: grpc.ServicerContext) -> Iterator[
-        dict[str, Any]
-    ]:
+    def _rpc_control(self, body: dict[str, Any] | m.BadRequest,
+                     ctx: grpc.ServicerContext) -> Iterator[dict[str, Any]]:
+        req = self._refuse(body, ctx)
         info = self.receivers.get(req["stream_id"])
         if info is None:
             return
+        # The latest Control stream of a receiver supersedes the earlier one, which
+        # ends at once: one receiver holds at most one server thread here.
+        stream = info.commands.open_stream()
         while ctx.is_active():
-            cmd = info.commands.take(timeout_s=1.0)
+            cmd = info.commands.take(timeout_s=1.0, stream=stream)
             if cmd is None:
+                if not info.commands.is_current(stream):
+                    return
                 if self._stopping.is_set() and info.state != "active":
                     return
                 cmd = {"kind": "HEARTBEAT"}

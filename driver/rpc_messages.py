@@ -2,30 +2,87 @@
 
 gRPC carries them as opaque bytes (generic handlers, no generated code), so the
 wire format is the same versioned-envelope discipline as everything we store.
+
+Every body is decoded through :class:`BoundedCodec`: a body over
+``MAX_MESSAGE_BYTES``, truncated, garbage, or with an array or string over its
+message's :class:`~driver.rpc_bounds.Bounds` raises
+:class:`~driver.errors.RpcMessageError` (a
+:class:`~walstream.errors.CorruptDataError`) before fastavro builds anything, so
+decoding costs time and memory bounded by the bounds, on both sides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from driver.errors import RpcMessageError
+from driver.rpc_bounds import Bounds, check_bounds
 from receiver.block import SOURCE_RANGE_SCHEMA
 from receiver.block_info import BLOCK_INFO_SCHEMA
 from walstream.avro_codec import VersionedCodec
+from walstream.errors import CorruptDataError
 
 SERVICE = "walstream.ReceiverTracker"
 
+#: The gRPC message limit of both sides: a block report at the endpoint's default
+#: limits (4096 source ranges, 512-byte names) takes under 2.2 MiB.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: Bytes of one string of a Report, a refusal or a command on the wire; a receiver
+#: truncates what it sends to this, the driver keeps at most its own smaller limit.
+MAX_TEXT_BYTES = 64 * 1024
+#: UTF-8 bytes of one name (block id, topic, host, executor id) on the wire.
+MAX_NAME_BYTES = 512
+#: Source ranges in one block report, and positions in a registration answer.
+MAX_SOURCE_RANGES = 4096
+MAX_POSITIONS = 1 << 20
 
-def _codec(name: str, fields: list[dict[str, Any]]) -> VersionedCodec:
+
+class BoundedCodec(VersionedCodec):
+    """A :class:`VersionedCodec` whose :meth:`decode` first checks the body's size and
+    :class:`Bounds` without decoding it."""
+
+    def __init__(self, name: str, schema: dict[str, Any], bounds: Bounds,
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        super().__init__(f"rpc {name}", b"WSRP", {1: schema}, max_bytes)
+        self.name = name
+        self.schema = schema
+        self.bounds = bounds
+        self.max_message_bytes = max_bytes
+
+    def with_bounds(self, bounds: Bounds, max_bytes: int | None = None) -> BoundedCodec:
+        return BoundedCodec(self.name, self.schema, bounds,
+                            self.max_message_bytes if max_bytes is None else max_bytes)
+
+    def decode(self, data: bytes | bytearray | memoryview,
+               max_bytes: int | None = None) -> tuple[int, dict[str, Any]]:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise RpcMessageError(f"{self.kind}: a {type(data).__name__} is not bytes")
+        limit = self.max_message_bytes if max_bytes is None else max_bytes
+        if len(data) > limit:
+            raise RpcMessageError(f"{self.kind}: {len(data)} bytes is over the limit of "
+                                  f"{limit} (max_message_bytes)")
+        version = self.peek_version(data)  # magic and version byte, typed errors
+        if version in self.known:
+            check_bounds(self.schema, data, len(self.magic) + 1, self.bounds, self.kind)
+        return super().decode(data, limit)
+
+
+def _codec(name: str, fields: list[dict[str, Any]], bounds: Bounds) -> BoundedCodec:
     schema = {"type": "record", "name": name, "namespace": "walstream.rpc.v1", "fields": fields}
-    return VersionedCodec(f"rpc {name}", b"WSRP", {1: schema})
+    return BoundedCodec(name, schema, bounds)
 
+
+_NAMES = Bounds(0, MAX_NAME_BYTES, string_name="max_name_bytes")
+_TEXT = Bounds(0, MAX_TEXT_BYTES, string_name="max_text_bytes")
 
 REGISTER_REQUEST = _codec("RegisterReceiver", [
     {"name": "stream_id", "type": "int"},
     {"name": "host", "type": "string"},
     {"name": "executor_id", "type": "string"},
     {"name": "receiver_type", "type": "string"},
-])
+], _NAMES)
 REGISTER_RESPONSE = _codec("RegisterReceiverResponse", [
     {"name": "accepted", "type": "boolean"},
     {"name": "message", "type": "string"},
@@ -33,21 +90,23 @@ REGISTER_RESPONSE = _codec("RegisterReceiverResponse", [
     # restarted receiver resumes from here, not from what its source remembers.
     {"name": "positions", "type": {"type": "array", "items": SOURCE_RANGE_SCHEMA}},
     {"name": "rate_limit", "type": "double"},
-])
-ADD_BLOCK_REQUEST = _codec("AddBlock", [{"name": "block", "type": BLOCK_INFO_SCHEMA}])
+], Bounds(MAX_POSITIONS, MAX_TEXT_BYTES, "max_positions", "max_text_bytes"))
+ADD_BLOCK_REQUEST = _codec("AddBlock", [{"name": "block", "type": BLOCK_INFO_SCHEMA}],
+                           Bounds(MAX_SOURCE_RANGES, MAX_NAME_BYTES,
+                                  "max_source_ranges_per_block", "max_name_bytes"))
 ADD_BLOCK_RESPONSE = _codec("AddBlockResponse", [
     {"name": "ok", "type": "boolean"},
     {"name": "message", "type": "string"},
-])
+], _TEXT)
 REPORT_REQUEST = _codec("ReceiverReport", [
     {"name": "stream_id", "type": "int"},
     {"name": "kind", "type": {"type": "enum", "name": "ReportKind",
                               "symbols": ["ERROR", "DEREGISTER"]}},
     {"name": "message", "type": "string"},
     {"name": "error", "type": "string"},
-])
-EMPTY = _codec("Empty", [])
-CONTROL_REQUEST = _codec("ControlRequest", [{"name": "stream_id", "type": "int"}])
+], _TEXT)
+EMPTY = _codec("Empty", [], _NAMES)
+CONTROL_REQUEST = _codec("ControlRequest", [{"name": "stream_id", "type": "int"}], _NAMES)
 COMMAND = _codec("ReceiverCommand", [
     {"name": "kind", "type": {"type": "enum", "name": "CommandKind",
                               "symbols": ["STOP", "CLEANUP_OLD_BLOCKS", "UPDATE_RATE_LIMIT",
@@ -55,12 +114,45 @@ COMMAND = _codec("ReceiverCommand", [
     {"name": "message", "type": "string", "default": ""},
     {"name": "thresh_time_ms", "type": "long", "default": 0},
     {"name": "rate_limit", "type": "double", "default": 0.0},
-])
+], _TEXT)
+
+ALL_CODECS: tuple[BoundedCodec, ...] = (
+    REGISTER_REQUEST, REGISTER_RESPONSE, ADD_BLOCK_REQUEST, ADD_BLOCK_RESPONSE,
+    REPORT_REQUEST, EMPTY, CONTROL_REQUEST, COMMAND)
 
 
-def encode(codec: VersionedCodec) -> Any:
+@dataclass(frozen=True)
+class BadRequest:
+    """What a server-side request decoder returns for a body it refused, so the
+    handler can answer with the reason instead of gRPC's bare INTERNAL error."""
+
+    message: str
+
+
+def truncate_utf8(text: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """``text`` cut so that its UTF-8 fits ``max_bytes`` (for strings a receiver sends)."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= max_bytes:
+        return text
+    marker = f"... ({len(data)} bytes, truncated)"
+    return data[:max_bytes - len(marker)].decode("utf-8", "ignore") + marker
+
+
+def encode(codec: VersionedCodec) -> Callable[[Mapping[str, Any]], bytes]:
     return lambda datum: codec.encode(datum)
 
 
-def decode(codec: VersionedCodec) -> Any:
+def decode(codec: VersionedCodec) -> Callable[[bytes], dict[str, Any]]:
+    """A decoder raising :class:`CorruptDataError` (:class:`RpcMessageError` for a
+    bound) on any body that is not one well-formed message within its bounds."""
     return lambda data: codec.decode(data)[1]
+
+
+def decode_request(codec: VersionedCodec) -> Callable[[bytes], dict[str, Any] | BadRequest]:
+    """:func:`decode` for a server handler: a refused body becomes :class:`BadRequest`."""
+    def run(data: bytes) -> dict[str, Any] | BadRequest:
+        try:
+            return codec.decode(data)[1]
+        except CorruptDataError as exc:
+            return BadRequest(str(exc))
+    return run

@@ -3,7 +3,9 @@
 Implements the supervisor's ``BlockReporter`` protocol over the network, plus the
 driver-to-receiver control stream (StopReceiver, CleanupOldBlocks,
 UpdateRateLimit). Every call has a deadline; an unreachable driver is an error
-the supervisor's bounded retries handle, never a hang.
+the supervisor's bounded retries handle, never a hang. Every answer is decoded
+within :mod:`driver.rpc_messages`' bounds (a typed error otherwise), and messages
+are limited to ``MAX_MESSAGE_BYTES`` both ways.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ class DriverClient:
         self.address = address
         self.timeout_s = timeout_s
         self._channel = grpc.insecure_channel(
-            address, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        )
+            address, options=[("grpc.max_receive_message_length", m.MAX_MESSAGE_BYTES),
+                              ("grpc.max_send_message_length", m.MAX_MESSAGE_BYTES)])
 
         def unary(name: str, req: Any, resp: Any) -> Any:
             return self._channel.unary_unary(
@@ -59,12 +61,17 @@ class DriverClient:
         return bool(r["ok"])
 
     def report_error(self, stream_id: int, message: str, error: str) -> None:
-        self._report({"stream_id": stream_id, "kind": "ERROR", "message": message,
-                      "error": error}, timeout=self.timeout_s)
+        self._send_report(stream_id, "ERROR", message, error)
 
     def deregister_receiver(self, stream_id: int, message: str, error: str) -> None:
-        self._report({"stream_id": stream_id, "kind": "DEREGISTER", "message": message,
-                      "error": error}, timeout=self.timeout_s)
+        self._send_report(stream_id, "DEREGISTER", message, error)
+
+    def _send_report(self, stream_id: int, kind: str, message: str, error: str) -> None:
+        # Cut to what the driver accepts on the wire: a long traceback is still
+        # reported (the driver keeps a shorter prefix), never refused.
+        self._report({"stream_id": stream_id, "kind": kind,
+                      "message": m.truncate_utf8(message), "error": m.truncate_utf8(error)},
+                     timeout=self.timeout_s)
 
     def control(self, stream_id: int) -> Iterator[dict[str, Any]]:
         """Commands from the driver until it closes the stream (no deadline: long-lived)."""
