@@ -1,0 +1,154 @@
+"""Fuzz of the RPC body decoders of both sides (driver/rpc_messages.py): every input
+decodes or raises a typed error (CorruptDataError; RpcMessageError for a bound), in
+bounded time and memory, and the server's request decoders never raise at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from driver import rpc_messages as m
+from driver.errors import RpcMessageError
+from receiver.block_info import ReceivedBlockInfo
+from tests.walstream.fuzz_checks import (
+    FUZZ,
+    WRONG_TYPES,
+    decodes_or_typed_error,
+    garbage,
+    huge_lengths,
+    truncations,
+)
+from walstream.avro_codec import avro_long
+from walstream.errors import CorruptDataError
+
+RANGE = {"topic": "src", "partition": 3, "from_offset": 10, "until_offset": 20}
+BLOCK = {"stream_id": 1, "block_id": "input-1-a", "num_records": 5,
+         "handle": {"topic": "wal-t", "partition": 0, "offset": 7, "chunks": 2, "index": -1},
+         "source": [RANGE, RANGE]}
+VALID: dict[str, tuple[m.BoundedCodec, dict[str, Any]]] = {
+    "register": (m.REGISTER_REQUEST, {"stream_id": 1, "host": "h", "executor_id": "e:1:2",
+                                      "receiver_type": "KafkaReceiver"}),
+    "register-answer": (m.REGISTER_RESPONSE, {"accepted": True, "message": "registered",
+                                              "positions": [RANGE], "rate_limit": 100.0}),
+    "add-block": (m.ADD_BLOCK_REQUEST, {"block": BLOCK}),
+    "add-block-answer": (m.ADD_BLOCK_RESPONSE, {"ok": False, "message": "refused"}),
+    "report": (m.REPORT_REQUEST, {"stream_id": 1, "kind": "ERROR", "message": "m",
+                                  "error": "e"}),
+    "empty": (m.EMPTY, {}),
+    "control": (m.CONTROL_REQUEST, {"stream_id": 4}),
+    "command": (m.COMMAND, {"kind": "UPDATE_RATE_LIMIT", "message": "", "thresh_time_ms": 0,
+                            "rate_limit": 5.0}),
+}
+ENCODED = {name: codec.encode(datum) for name, (codec, datum) in VALID.items()}
+PREFIX = m.ADD_BLOCK_REQUEST.magic + b"\x01"
+
+
+def _add_block(data: bytes) -> ReceivedBlockInfo:
+    """What the driver's AddBlock handler does with a body."""
+    return ReceivedBlockInfo.from_dict(m.decode(m.ADD_BLOCK_REQUEST)(data)["block"])
+
+
+DECODERS = {**{name: m.decode(codec) for name, (codec, _) in VALID.items()},
+            "add-block-info": _add_block}
+
+
+def test_every_codec_is_covered_and_its_valid_message_round_trips() -> None:
+    assert {id(c) for c, _ in VALID.values()} == {id(c) for c in m.ALL_CODECS}
+    for name, (codec, datum) in VALID.items():
+        assert m.decode(codec)(ENCODED[name]) == datum
+
+
+@FUZZ
+@given(st.sampled_from(sorted(DECODERS)), garbage)
+def test_random_bytes_raise_a_typed_error(name: str, data: bytes) -> None:
+    decodes_or_typed_error(DECODERS[name], data)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(DECODERS)), garbage)
+def test_a_valid_envelope_with_a_garbage_body_raises_a_typed_error(name: str,
+                                                                   body: bytes) -> None:
+    decodes_or_typed_error(DECODERS[name], PREFIX + body)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(VALID)), st.integers(min_value=0), st.integers(0, 255))
+def test_a_flipped_byte_decodes_or_raises_a_typed_error(name: str, pos: int,
+                                                        value: int) -> None:
+    data = bytearray(ENCODED[name])
+    data[pos % len(data)] = value
+    decodes_or_typed_error(DECODERS[name], bytes(data))
+
+
+@FUZZ
+@given(st.sampled_from(sorted(VALID)), garbage)
+def test_the_server_request_decoders_answer_bad_request_instead_of_raising(
+    name: str, data: bytes
+) -> None:
+    codec = VALID[name][0]
+    got = m.decode_request(codec)(data)
+    assert isinstance(got, dict | m.BadRequest)
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_every_truncation_of_a_valid_message_raises_a_typed_error(name: str) -> None:
+    for cut in truncations(ENCODED[name]):
+        with pytest.raises(CorruptDataError):
+            DECODERS[name](cut)
+
+
+def test_huge_declared_lengths_and_counts_raise_without_allocating() -> None:
+    block_id_at = PREFIX + avro_long(1)  # stream id, then the block id's length
+    handle = b"\x0awal-t\x00\x0e\x04\x01"
+    source_at = block_id_at + b"\x02x" + avro_long(5) + handle  # then the ranges' count
+    register_answer = m.REGISTER_RESPONSE.magic + b"\x01\x01\x00"  # then positions' count
+    cases = [
+        *[(DECODERS["add-block"], d) for d in huge_lengths(block_id_at)],
+        *[(DECODERS["add-block"], d) for d in huge_lengths(source_at)],
+        *[(DECODERS["register-answer"], d) for d in huge_lengths(register_answer)],
+        *[(DECODERS["command"], d) for d in huge_lengths(m.COMMAND.magic + b"\x01")],
+    ]
+    for decode, data in cases:
+        assert decodes_or_typed_error(decode, data) is None
+
+
+def test_a_body_over_max_message_bytes_is_refused_before_decoding() -> None:
+    data = ENCODED["report"] + b"\x00" * m.MAX_MESSAGE_BYTES
+    for decode in DECODERS.values():
+        assert decodes_or_typed_error(decode, data) is None
+    with pytest.raises(RpcMessageError, match="max_message_bytes"):
+        m.decode(m.REPORT_REQUEST)(data)
+
+
+@pytest.mark.parametrize(("name", "field", "value", "limit"), [
+    ("add-block", "source", [RANGE] * (m.MAX_SOURCE_RANGES + 1), "max_source_ranges_per_block"),
+    ("add-block", "block_id", "b" * (m.MAX_NAME_BYTES + 1), "max_name_bytes"),
+    ("report", "message", "m" * (m.MAX_TEXT_BYTES + 1), "max_text_bytes"),
+    ("register", "host", "h" * (m.MAX_NAME_BYTES + 1), "max_name_bytes"),
+])
+def test_an_array_or_string_over_its_bound_is_refused_naming_the_bound(
+    name: str, field: str, value: Any, limit: str
+) -> None:
+    codec, datum = VALID[name]
+    if name == "add-block":
+        datum = {"block": {**BLOCK, field: value}}
+    else:
+        datum = {**datum, field: value}
+    with pytest.raises(RpcMessageError, match=limit):
+        m.decode(codec)(codec.encode(datum))
+
+
+@pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)
+def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
+    for decode in DECODERS.values():
+        with pytest.raises(CorruptDataError, match="not bytes"):
+            decode(wrong)
+
+
+def test_truncate_utf8_fits_the_wire_bound_and_keeps_short_text() -> None:
+    assert m.truncate_utf8("short") == "short"
+    cut = m.truncate_utf8("é" * m.MAX_TEXT_BYTES)
+    assert len(cut.encode()) <= m.MAX_TEXT_BYTES and "truncated" in cut
