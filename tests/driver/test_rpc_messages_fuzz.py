@@ -133,12 +133,9 @@ def test_an_array_or_string_over_its_bound_is_refused_naming_the_bound(
     name: str, field: str, value: Any, limit: str
 ) -> None:
     codec, datum = VALID[name]
-    if name == "add-block":
-        datum = {"block": {**BLOCK, field: value}}
-    else:
-        datum = {**datum, field: value}
+    over = {"block": {**BLOCK, field: value}} if name == "add-block" else {**datum, field: value}
     with pytest.raises(RpcMessageError, match=limit):
-        m.decode(codec)(codec.encode(datum))
+        m.decode(codec)(codec.encode(over))
 
 
 @pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)
