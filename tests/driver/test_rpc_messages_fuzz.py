@@ -142,7 +142,7 @@ def test_an_array_or_string_over_its_bound_is_refused_naming_the_bound(
 def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
     for decode in DECODERS.values():
         with pytest.raises(CorruptDataError, match="not bytes"):
-            decode(wrong)
+            decode(wrong)  # type: ignore[arg-type]
 
 
 def test_truncate_utf8_fits_the_wire_bound_and_keeps_short_text() -> None:
