@@ -9,8 +9,10 @@ batch's jobs.
 
 Stop protocol (graceful): (1) stop the receivers (each flushes its last blocks,
 stored and reported); (2) keep generating batches until no block is unallocated;
-(3) wait for the running batches; (4) stop the timer, the scheduler, the
-endpoint and close the WAL. Ungraceful: skip (2) and (3).
+(3) wait for the running batches; (4) stop the timer and the scheduler; (5) let
+the context drain its checkpoint writer (the cleanups behind the last
+checkpoints log to the driver WAL); (6) stop the endpoint and close the WAL.
+Ungraceful: skip (2) and (3).
 """
 
 from __future__ import annotations
@@ -245,7 +247,12 @@ class StreamingEngine:
         self.bus.post("onStreamingStarted", event(time=first))
         return first
 
-    def stop(self, graceful: bool = False, timeout_s: float = 120.0) -> None:
+    def stop(self, graceful: bool = False, timeout_s: float = 120.0,
+             before_close: Callable[[], None] | None = None) -> None:
+        """Stop (see the module docstring). ``before_close`` runs after the job
+        generator's loop ended and before the WALs close: the context drains its
+        checkpoint writer there, so the cleanups queued behind the last checkpoints
+        still log to an open WAL. It runs even when stopping failed before it."""
         if self._stopped.is_set():
             return
         try:
@@ -259,9 +266,22 @@ class StreamingEngine:
                     self.generator.stop(timeout_s=10)
             self.scheduler.stop(wait_for_jobs=graceful)
         finally:
+            try:
+                if before_close is not None:
+                    # Safe now: the generator's loop has ended, so every completion it
+                    # handled has queued its checkpoint (and cleanup) already, and no
+                    # new one comes; the WALs below are still open.
+                    before_close()
+            finally:
+                self._close()
+
+    def _close(self) -> None:
+        """Stop the endpoint and the bus, close the driver WAL; the engine is stopped."""
+        try:
             self.receiver_tracker.stop()
             self.bus.stop()
             self.tracker.stop()
+        finally:
             self._stopped.set()
             self._wake.set()
 

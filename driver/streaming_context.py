@@ -290,9 +290,11 @@ class StreamingContext:
                 if self._driver_gc is not None:
                     self._driver_gc.stop()
                 if self._engine is not None:
-                    self._engine.stop(graceful=stopGraceFully)
-                if self._checkpoint_writer is not None:
-                    self._checkpoint_writer.stop()
+                    # The checkpoint writer drains before the engine closes the WAL:
+                    # the queued checkpoints' cleanups log to it.
+                    self._engine.stop(graceful=stopGraceFully,
+                                      before_close=self._stop_checkpoint_writer)
+                self._stop_checkpoint_writer()
             finally:
                 self._close_direct_streams()
                 self._state = "stopped"
@@ -300,6 +302,13 @@ class StreamingContext:
                     StreamingContext._active = None
                 if stopSparkContext:
                     self._sc.stop()
+
+    def _stop_checkpoint_writer(self) -> None:
+        """Write the queued checkpoints and run their cleanups, then stop the writer
+        (once; a checkpoint asked for later is not written)."""
+        writer, self._checkpoint_writer = self._checkpoint_writer, None
+        if writer is not None:
+            writer.stop()
 
     def _driver_streams(self) -> list[Any]:
         """Inputs whose batches the driver decides and logs itself (direct Kafka, files)."""

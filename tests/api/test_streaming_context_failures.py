@@ -71,10 +71,13 @@ def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
     cpd = str(tmp_path / "cp")
     ssc.checkpoint(cpd)
     failed: list[int] = []
+    seen: list[int] = []
 
     def output(t: Any, rdd: Any) -> None:
-        if not failed and rdd.count() > 0:
-            failed.append(int(t.timestamp() * 1000))
+        seen.append(int(t.timestamp() * 1000))
+        # The third batch: the ones before it complete and can be cleaned up.
+        if not failed and len(seen) >= 3 and rdd.count() > 0:
+            failed.append(seen[-1])
             raise ValueError("the sink refused batch")
 
     ssc.receiverStream(RateGeneratorReceiver(rate=200)).foreachRDD(output)
@@ -89,8 +92,10 @@ def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
     wait_until(lambda: any(i.batchTime() > t + 4 * batch_ms and i.batchTime() not in
                            engine.scheduler.failed_times()
                            for i in engine.scheduler.completed), "later batches")
+    wait_until(lambda: (c := read_latest(cpd)) is not None
+               and c.checkpoint_time_ms > t + 4 * batch_ms, "a later checkpoint")
     latest = read_latest(cpd)
-    assert latest is not None and latest.checkpoint_time_ms > t + 4 * batch_ms
+    assert latest is not None
     assert t in latest.pending_times_ms, "a restart would not re-run the failed batch"
     assert t in engine.scheduler.pending_times() and engine.scheduler.failed_times() == [t]
     blocks = engine.tracker.get_blocks_of_batch(t)
@@ -106,3 +111,34 @@ def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
     allocations = [e for e in events if isinstance(e, BatchAllocation)
                    and e.batch_time_ms == t]
     assert allocations and any(bs for _, bs in allocations[-1].blocks)
+
+
+def test_graceful_stop_of_checkpointed_context_logs_last_cleanup_without_errors(
+        ssc: StreamingContext, bootstrap: str, tmp_path: Any,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """stop(stopGraceFully=True) drains the checkpoint writer before it closes the
+    driver WAL: the last batch's cleanup (after its checkpoint) is logged, and the
+    stop logs no error and prints no traceback."""
+    import logging
+
+    from driver.events import BatchCleanup
+    from receiver.rate_receiver import RateGeneratorReceiver
+
+    ssc.checkpoint(str(tmp_path / "cp"))
+    ssc.receiverStream(RateGeneratorReceiver(rate=200)).foreachRDD(lambda rdd: rdd.count())
+    ssc.start()
+    engine = ssc._engine
+    assert engine is not None
+    wait_until(lambda: len(engine.scheduler.completed) >= 3, "three batches", ssc=ssc)
+    app_id, batch_ms = engine.config.app_id, engine.config.batch_interval_ms
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+    assert "Traceback" not in capsys.readouterr().err
+    last = max(i.batchTime() for i in engine.scheduler.completed)
+    cleanups = [e for e in _driver_wal_events(bootstrap, app_id) if isinstance(e, BatchCleanup)]
+    # The last batch's cleanup drops every batch before its threshold (last - batch).
+    assert cleanups and max(cleanups[-1].batch_times_ms, default=-1) == last - 2 * batch_ms
