@@ -7,9 +7,10 @@ Protocol (as Spark's BlockGenerator, with a real bound on memory):
    block size cap, the caller blocks. This is the receiver's backpressure: a
    slow WAL or driver slows ``store``, it never grows memory without bound.
 2. Every ``block_interval_ms`` (or earlier when the buffer reaches
-   ``max_block_records``) the timer swaps the buffer for a new one and puts a
-   block on the bounded queue (``on_generate_block`` runs inside the swap, so
-   a listener can snapshot per-block source positions exactly).
+   ``max_block_records`` or ``max_block_bytes``, or the next item would not fit)
+   the timer swaps the buffer for a new one and puts a block on the bounded
+   queue (``on_generate_block`` runs inside the swap, so a listener can snapshot
+   per-block source positions exactly).
 3. The pushing thread takes blocks in order and calls ``on_push_block``; the
    supervisor stores the block in the WAL and reports it there. A listener with
    ``begin_push_block`` / ``finish_push_block`` gets them pipelined one deep:
@@ -35,9 +36,28 @@ from typing import Any, Protocol
 
 from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
 from receiver.rate_limiter import RateLimiter
+from wal.config import KafkaWalConfig
 from walstream.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+#: Room a block keeps under the WAL's record limit for what is not record bytes:
+#: the envelope, the block id and up to thousands of source ranges.
+BLOCK_OVERHEAD_BYTES = 8 * 1024 * 1024
+#: The largest ``max_block_bytes``: a block at the cap still fits the WAL's default
+#: ``max_record_bytes``, so a burst never makes a block the WAL refuses (the store
+#: would fail, the receiver stop and be relaunched into the same burst).
+MAX_BLOCK_BYTES = KafkaWalConfig.max_record_bytes - BLOCK_OVERHEAD_BYTES
+#: Avro bytes of one record's length prefix, at most.
+_RECORD_OVERHEAD = 10
+
+
+def item_bytes(data: Any) -> int:
+    """What an item adds to a block's bytes: its length and its length prefix for
+    bytes and str (the supervisor adds encoded bytes), 0 for anything else."""
+    if isinstance(data, bytes | bytearray | memoryview | str):
+        return len(data) + _RECORD_OVERHEAD
+    return 0
 
 
 @dataclass(frozen=True)
@@ -45,14 +65,17 @@ class BlockGeneratorConfig:
     """``block_interval_ms`` (Spark's spark.streaming.blockInterval, 200 ms),
     ``queue_size`` (spark.streaming.blockQueueSize, 10 blocks),
     ``rate_limit`` records/s (spark.streaming.receiver.maxRate; 0 = unlimited),
-    ``max_block_records`` cap of one block, ``put_timeout_s`` bound on how long
-    ``add_data`` may block before raising (0 = wait for ever, as Spark does)."""
+    ``max_block_records`` and ``max_block_bytes`` caps of one block (an item or a
+    batch larger than ``max_block_bytes`` on its own goes into a block alone),
+    ``put_timeout_s`` bound on how long ``add_data`` may block before raising
+    (0 = wait for ever, as Spark does)."""
 
     block_interval_ms: int = 200
     queue_size: int = 10
     rate_limit: float = 0.0
     max_block_records: int = 100_000
     put_timeout_s: float = 0.0
+    max_block_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.block_interval_ms < 1:
@@ -65,6 +88,9 @@ class BlockGeneratorConfig:
             raise ConfigError("max_block_records must be >= 1")
         if self.put_timeout_s < 0:
             raise ConfigError("put_timeout_s must be >= 0")
+        if not 1 <= self.max_block_bytes <= MAX_BLOCK_BYTES:
+            raise ConfigError(f"max_block_bytes must be 1..{MAX_BLOCK_BYTES} (below the "
+                              "WAL's max_record_bytes)")
 
 
 class BlockGeneratorListener(Protocol):
@@ -119,6 +145,8 @@ class BlockGenerator:
         self._limiter = RateLimiter(self.config.rate_limit)
         self._cond = threading.Condition()
         self._buffer: list[Any] = []
+        self._buffer_bytes = 0
+        self._cut_wanted = False  # an adder waits for a block to be cut to fit its item
         self._queue: queue.Queue[tuple[str, list[Any]] | None] = queue.Queue(self.config.queue_size)
         self._state = _State.INITIALIZED
         self._timer = threading.Thread(target=self._timer_loop, name="block-timer", daemon=True)
@@ -191,9 +219,11 @@ class BlockGenerator:
     def add_data(self, data: Any, metadata: Any = None) -> None:
         """Add one item (Spark's addData / addDataWithCallback)."""
         self._limiter.acquire(1)
+        size = item_bytes(data)
         with self._cond:
-            self._wait_for_room(1)
+            self._wait_for_room(1, size)
             self._buffer.append(data)
+            self._buffer_bytes += size
             self.records_added += 1
             self.listener.on_add_data(data, metadata)
 
@@ -201,9 +231,11 @@ class BlockGenerator:
         """Add items that must land in one block together (addMultipleDataWithCallback)."""
         batch = list(items)
         self._limiter.acquire(len(batch))
+        size = sum(item_bytes(d) for d in batch)
         with self._cond:
-            self._wait_for_room(len(batch))
+            self._wait_for_room(len(batch), size)
             self._buffer.extend(batch)
+            self._buffer_bytes += size
             self.records_added += len(batch)
             self.listener.on_add_data(batch, metadata)
 
@@ -216,7 +248,7 @@ class BlockGenerator:
                 )
             self.listener.on_add_data(None, metadata)
 
-    def _wait_for_room(self, n: int) -> None:
+    def _wait_for_room(self, n: int, size: int) -> None:
         deadline = (
             time.monotonic() + self.config.put_timeout_s if self.config.put_timeout_s else None
         )
@@ -226,8 +258,12 @@ class BlockGenerator:
                     f"block generator of stream {self.stream_id} no longer accepts data "
                     f"({self._state.name})"
                 )
-            if len(self._buffer) + n <= self.config.max_block_records or not self._buffer:
+            if not self._buffer or (
+                len(self._buffer) + n <= self.config.max_block_records
+                and self._buffer_bytes + size <= self.config.max_block_bytes
+            ):
                 return
+            self._cut_wanted = True
             self._cond.notify_all()  # ask the timer to cut a block early
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -245,6 +281,7 @@ class BlockGenerator:
             return None
         block_id = new_block_id(self.stream_id)
         records, self._buffer = self._buffer, []
+        self._buffer_bytes, self._cut_wanted = 0, False
         self.listener.on_generate_block(block_id)
         self.blocks_generated += 1
         self._cond.notify_all()
@@ -260,6 +297,8 @@ class BlockGenerator:
                         self._state is _State.ACTIVE
                         and time.monotonic() < next_cut
                         and len(self._buffer) < self.config.max_block_records
+                        and self._buffer_bytes < self.config.max_block_bytes
+                        and not self._cut_wanted
                         and not self._flush_requested
                     ):
                         self._cond.wait(max(0.0, next_cut - time.monotonic()))
@@ -295,6 +334,7 @@ class BlockGenerator:
         pipelined = begin is not None and finish is not None
         pending: tuple[str, Any] | None = None  # (block id, token) begun, not finished
         block_id = ""
+        ended = False  # the end marker was taken: nothing more will come to drain
         try:
             while True:
                 if pending is None:
@@ -309,6 +349,7 @@ class BlockGenerator:
                         pending = None
                         continue
                 if item is None:
+                    ended = True
                     if pending is not None:
                         block_id = pending[0]
                         self._finished(finish, pending[1])
@@ -347,7 +388,8 @@ class BlockGenerator:
             if pending is not None and pending[0] != block_id:
                 log.warning("stream %d: block %s begun (maybe stored), left unreported "
                             "after a push failure", self.stream_id, pending[0])
-            self._drain_after_failure()
+            if not ended:
+                self._drain_after_failure()
 
     def _finished(self, finish: Any, token: Any) -> None:
         if finish is not None:
