@@ -7,6 +7,12 @@ it, at most ``max_reconnects`` times in a row before the receiver stops with
 the error. A socket has no positions to replay from: what the receiver stored is
 durable in the WAL, what the server sent into a dead connection is gone, as in
 Spark.
+
+A line longer than ``max_line_bytes`` (default 8 MiB, the supervisor's default
+``max_record_bytes``) is never held whole: it is reported as a bad record
+(:class:`~receiver.errors.BadRecordError` naming the limit, under the
+supervisor's ``bad_record_policy``: skipped, or the receiver stops) and dropped
+up to its newline; the lines before and after it are stored as usual.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ import socket
 import threading
 from typing import Any
 
-from receiver.errors import BlockGeneratorStoppedError, ReceiverError
+from receiver.errors import BadRecordError, BlockGeneratorStoppedError, ReceiverError
 from receiver.receiver import Receiver
+from walstream.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +40,12 @@ class SocketTextReceiver(Receiver):
         max_backoff_s: float = 5.0,
         max_reconnects: int = 1000,
         connect_timeout_s: float = 10.0,
+        max_line_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         super().__init__()
+        if max_line_bytes < 1:
+            raise ConfigError("max_line_bytes must be >= 1")
+        self.max_line_bytes = max_line_bytes
         self.host = host
         self.port = port
         self.encoding = encoding
@@ -79,8 +90,8 @@ class SocketTextReceiver(Receiver):
                     failures, backoff = 0, self.initial_backoff_s
                     self._read_lines(sock, stopped)
                 reason = "the server closed the connection"
-            except BlockGeneratorStoppedError:
-                return
+            except (BlockGeneratorStoppedError, BadRecordError):
+                return  # the supervisor is stopping (a bad record under policy "fail")
             except OSError as exc:
                 reason = f"connection to {self.host}:{self.port} failed: {exc}"
             if stopped.is_set():
@@ -96,17 +107,35 @@ class SocketTextReceiver(Receiver):
             backoff = min(self.max_backoff_s, backoff * 2)
 
     def _read_lines(self, sock: socket.socket, stopped: threading.Event) -> None:
+        limit = self.max_line_bytes
         buf = b""
+        skipping = False  # inside a line over the limit: drop up to its newline
         while not stopped.is_set():
             try:
                 chunk = sock.recv(65536)
             except TimeoutError:
                 continue
             if not chunk:
-                if buf:
+                if buf and not skipping:
                     self.store(buf.decode(self.encoding, "replace"))
                 return
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:
-                self.store(line.rstrip(b"\r").decode(self.encoding, "replace"))
+                if skipping:  # the tail of the over-long line reported already
+                    skipping = False
+                elif len(line) > limit:
+                    self._line_too_long(len(line))
+                else:
+                    self.store(line.rstrip(b"\r").decode(self.encoding, "replace"))
+            if len(buf) > limit:
+                # Never hold more than the limit (plus one chunk) of a line.
+                if not skipping:
+                    self._line_too_long(len(buf), complete=False)
+                skipping, buf = True, b""
+
+    def _line_too_long(self, size: int, complete: bool = True) -> None:
+        what = f"{size} bytes" if complete else f"over {size} bytes so far"
+        self.supervisor.report_bad_record(BadRecordError(
+            f"socket line of {what} from {self.host}:{self.port} exceeds "
+            f"max_line_bytes={self.max_line_bytes}; skipped up to its newline"))

@@ -261,6 +261,11 @@ class ReceiverSupervisor:
             return None
         return data
 
+    def report_bad_record(self, exc: BadRecordError) -> None:
+        """A receiver met a record it cannot store (e.g. a socket line over its
+        limit): count and report it; under the ``fail`` policy stop and raise."""
+        self._bad_record(exc)
+
     def _bad_record(self, exc: BadRecordError) -> None:
         """Report and count a record that cannot be stored; under the ``fail``
         policy stop the receiver and raise, else the caller skips it."""
