@@ -181,6 +181,17 @@ class StreamingContext:
             # As Spark (DStream.validateAtStart): the SparkContext's checkpoint directory
             # is what state and inverse windows need; ssc.checkpoint() sets it too.
             self._graph.validate(self._checkpoint_dir or self._sc.getCheckpointDir())
+            if self._checkpoint_dir is not None:
+                from checkpoint.graph_pickle import pickle_graph
+
+                # Before anything starts, as Spark's start() serializes its checkpoint:
+                # a graph that cannot go into checkpoints raises here, naming the
+                # function, instead of leaving an app that cannot recover. The bytes
+                # checkpoints hold are pickled again after initialize() below (what
+                # the streams set up there is part of them); None (a queueStream,
+                # warned about) stays None.
+                if pickle_graph(self._graph) is None:
+                    self._graph_bytes = None
             conf = self._conf()
             warm_up_workers(self._sc, conf)  # overlaps the WAL replay below
             receivers = {s.stream_id: s.receiver for s in self._graph.streams
@@ -399,5 +410,7 @@ class StreamingContext:
             return dstreams[0]
         if len({d._slide_ms for d in dstreams}) != 1:
             raise ConfigError("All DStreams should have same slide duration")
-        sc = self._sc
-        return MultiTransformedDStream(list(dstreams), lambda t, *rdds: sc.union(list(rdds)))
+        # The RDDs' own context, not a captured SparkContext: the function goes into
+        # checkpoints with the graph.
+        return MultiTransformedDStream(list(dstreams),
+                                       lambda t, *rdds: rdds[0].context.union(list(rdds)))
