@@ -26,7 +26,7 @@ from walstream.kafka_logging import with_logger
 
 #: The raw confluent-kafka producer every benchmark compares against: what a user
 #: would choose for throughput (librdkafka defaults plus acks=all and idempotence,
-#: linger.ms=5 as BROKER.md measured), asynchronous with delivery callbacks.
+#: linger.ms=5), asynchronous with delivery callbacks.
 RAW_PRODUCER_CONFIG: dict[str, Any] = {
     "acks": "all",
     "enable.idempotence": True,

@@ -224,7 +224,7 @@ def render(res: Results, broker: BenchBroker, size_name: str, size: Size, runs: 
                 f"`{raw_config_text()}` plus bootstrap.servers and `message.max.bytes` = "
                 f"max(1000000, record + 64 KiB) (= {max_bytes}; only so a 1 MiB value "
                 "fits); every other setting is librdkafka's default "
-                "(linger.ms=5 is librdkafka's default too, the value BROKER.md measured with; "
+                "(linger.ms=5 is librdkafka's default too; "
                 "batch.size=1000000). Asynchronous produce() of the whole value to partition "
                 "0 with a delivery callback and poll(0) after each (poll(5 ms) and retry on "
                 "BufferError), flush() at the end, every delivery checked; topic created "

@@ -43,8 +43,8 @@ DEFAULT_WAL_OPTIONS: dict[str, Any] = {"write_timeout_s": 60.0}  # everything el
 WAL_OPTIONS: dict[str, Any] = dict(DEFAULT_WAL_OPTIONS)  # plus --wal-option KEY=VALUE
 PIPELINE_DEPTH = 8  # write_async futures each writer keeps outstanding
 # The raw baseline: what a user tuning a plain confluent-kafka producer for durable
-# throughput would run: librdkafka's defaults (linger.ms=5, the value BROKER.md measured
-# with; compression none; batch.size 1000000) plus acks=all and idempotence. It does not
+# throughput would run: librdkafka's defaults (linger.ms=5;
+# compression none; batch.size 1000000) plus acks=all and idempotence. It does not
 # follow the WAL's settings. message.max.bytes is raised only so a 1 MiB value fits.
 
 

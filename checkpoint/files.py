@@ -222,7 +222,7 @@ class CheckpointWriter:
     """Writes checkpoints on one thread from a bounded queue.
 
     ``write(data, on_done)`` returns at once; ``on_done`` runs after the file is
-    durable (the caller cleans WALs there: DESIGN.md invariant 5). A full queue
+    durable (the caller cleans WALs there: checkpoint before clean). A full queue
     or a failing disk is an error reported to ``on_error``, never a silent drop.
     """
 

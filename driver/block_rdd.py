@@ -3,7 +3,7 @@
 Each partition holds one block's handle; the task reads the block from Kafka by
 handle (``assign`` at its offset) with confluent-kafka inside the Python worker
 and yields its decoded items. Reading by handle is deterministic, so a batch
-re-run after a crash sees exactly the same data (DESIGN.md invariant 6).
+re-run after a crash sees exactly the same data.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Protocol per batch ``t`` (before the tracker allocates ``t``):
 
 1. Find each partition's end: fetch once from the previous end and take the
    high watermark that Fetch response carries (ListOffsets' high watermark is
-   wrong on the embedded broker, BROKER.md).
+   wrong on the embedded Tansu broker).
 2. Log the ranges ``[position, end)`` as a block of this stream in the tracker
    WAL (BlockAddition); the allocation of ``t`` then names it.
 3. The batch's RDD reads exactly those ranges, one partition per range. A
@@ -149,7 +149,7 @@ class DirectKafkaInputDStream(DStream):
     def _end_offset(self, topic: str, partition: int, at_least: int) -> int:
         """The partition's end now (a batch's until-offset), at least ``at_least``.
 
-        ListOffsets' high watermark is wrong on the embedded broker (BROKER.md),
+        ListOffsets' high watermark is wrong on the embedded Tansu broker,
         the high watermark in a Fetch response is right everywhere: fetch once from
         ``at_least`` and take the watermark that fetch brought back, instead of
         reading to the end (which, while producers write, chases a moving end).

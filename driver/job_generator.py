@@ -11,7 +11,7 @@ An event loop (one thread, bounded queue) handles, as Spark's does:
 * ``BatchCompleted(t)``, when all jobs of ``t`` finished: checkpoint again (now
   that ``t`` is done), and only after that checkpoint is durable clean the
   tracker's batches and the WALs older than what the graph must remember
-  (DESIGN.md invariant 5); without checkpointing, clean at once.
+  (checkpoint before clean); without checkpointing, clean at once.
 
 A failed allocation write leaves the blocks queued for the next batch; the
 batch runs with what it was given (nothing).

@@ -2,8 +2,8 @@
 
 A batch re-run after a driver crash (its output may have run before the crash)
 writes its records again; a plain producer would double them. Transactions
-would fence that, but the embedded broker's ``read_committed`` is unreliable
-(BROKER.md), so the protocol is one any broker supports:
+would fence that, but the embedded Tansu broker's ``read_committed`` still
+shows aborted records, so the protocol is one any broker supports:
 
 1. ``KafkaSink(...)`` is a ``foreachRDD`` function ``f(time, rdd)``. Each RDD
    partition is written by its Spark task as one *attempt*: a fresh attempt id,

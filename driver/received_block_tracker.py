@@ -1,6 +1,6 @@
 """ReceivedBlockTracker: which blocks are unallocated, which belong to which batch.
 
-Log-before-mutate protocol (DESIGN.md invariant 3), for every change:
+Log-before-mutate protocol, for every change:
 
 1. Build the event from the current state *without changing it*.
 2. Write the event to the driver WAL and wait until it is durable.
