@@ -23,7 +23,7 @@ error is retriable (:func:`retriable`), at most ``allocate_retries`` times
 ``allocate_backoff_ms`` (``spark.walstream.generator.allocateRetryBackoff``,
 default 200 ms, doubling, at most ``MAX_BACKOFF_S`` per wait). If it still fails,
 the generator halts: the error is reported to the scheduler (``awaitTermination``
-raises it, the original error as its cause), no batch at or after ``t`` is
+raises that original error, as Spark's does), no batch at or after ``t`` is
 allocated, and ``on_fatal`` is told (the context stops). The batches from ``t``
 on belong to the restart, which finds them missed after its checkpoint.
 
@@ -229,7 +229,8 @@ class JobGenerator:
                 elif kind == "when_drained":
                     self._on_drained.append(payload)
             except Exception as exc:
-                self.scheduler.report_error(f"Error in job generator ({kind} {payload})", exc)
+                self.scheduler.report_error(
+                    f"Error in job generator ({kind} {payload})", exc, original=True)
 
     def _allocate(self, t: int, checkpoint: bool) -> None:
         """Step 1, in time order and at once: the batch's blocks are fixed (logged) now;
@@ -247,7 +248,7 @@ class JobGenerator:
                 with self._allocated:  # a graceful stop waiting for an allocation gives up
                     self.failed = exc
                     self._allocated.notify_all()
-                self.scheduler.report_error(f"Error preparing batch {t}", exc)
+                self.scheduler.report_error(f"Error preparing batch {t}", exc, original=True)
                 if self.on_fatal is not None:
                     self.on_fatal(exc)
                 return
@@ -289,7 +290,8 @@ class JobGenerator:
             try:
                 self._generate(t, checkpoint, allocated_ms)
             except Exception as exc:
-                self.scheduler.report_error(f"Error in job generator (batch {t})", exc)
+                self.scheduler.report_error(
+                    f"Error in job generator (batch {t})", exc, original=True)
             finally:
                 # Only now: a checkpoint written while generating t lists it as pending.
                 with self._deferred_lock:
@@ -306,7 +308,8 @@ class JobGenerator:
         except Exception as exc:
             # As Spark: reported to the scheduler, so awaitTermination raises it (a log
             # line alone would let the batch's blocks go by unprocessed, silently).
-            self.scheduler.report_error(f"Error generating jobs for time {t}", exc)
+            self.scheduler.report_error(
+                f"Error generating jobs for time {t}", exc, original=True)
             return
         self.scheduler.submit_job_set(jobs, t, records, submitted_ms=allocated_ms)
         if checkpoint and self.checkpointer is not None:

@@ -93,7 +93,7 @@ class JobScheduler:
         self._finishing = 0  # batches done whose completion callback has not returned
         self.completed: list[BatchInfo] = []  # newest last, at most max_retained_batches
         self._max_retained = max_retained_batches
-        self.errors: list[JobFailedError] = []
+        self.errors: list[BaseException] = []
         self._stopped = False
 
     def submit_job_set(self, jobs: list[Job], time_ms: int,
@@ -154,11 +154,23 @@ class JobScheduler:
                 info.processing_end_time_ms = now_ms()
                 self._finish(job_set)
 
-    def report_error(self, message: str, exc: BaseException) -> None:
-        """Record an error (Spark's JobScheduler.reportError): ``await_error`` returns it."""
-        err = JobFailedError(f"{message}: {_reason(exc)}")
-        err.__cause__ = exc
-        log.error("%s", err)
+    def report_error(self, message: str, exc: BaseException, *, original: bool = False) -> None:
+        """Record an error (Spark's JobScheduler.reportError): ``await_error`` returns it.
+
+        A job's failure is wrapped in :class:`JobFailedError` (its cause is the
+        task's error as Spark reported it). With ``original``, ``exc`` itself is
+        returned, ``message`` added as a note, as Spark's ``awaitTermination``
+        rethrows the error that stopped the generator.
+        """
+        err: BaseException
+        if original:
+            exc.add_note(message)
+            err = exc
+            log.error("%s: %s", message, _reason(exc))
+        else:
+            err = JobFailedError(f"{message}: {_reason(exc)}")
+            err.__cause__ = exc
+            log.error("%s", err)
         with self._lock:
             self.errors.append(err)
             self._cond.notify_all()
@@ -215,8 +227,8 @@ class JobScheduler:
                 self._cond.wait(left)
         return True
 
-    def await_error(self, timeout_s: float | None) -> JobFailedError | None:
-        """Wait for the first job error (None when none came within the timeout)."""
+    def await_error(self, timeout_s: float | None) -> BaseException | None:
+        """Wait for the first reported error (None when none came within the timeout)."""
         with self._cond:
             self._cond.wait_for(lambda: bool(self.errors) or self._stopped, timeout_s)
             return self.errors[0] if self.errors else None

@@ -1,4 +1,4 @@
-"""Output helpers whose re-runs replace rather than add (a re-run batch must not double its output)."""
+"""Output helpers whose re-runs replace rather than add: a re-run batch never doubles output."""
 
 from __future__ import annotations
 
