@@ -7,7 +7,8 @@ block (invariant 2). Start positions: after an in-process restart, right after
 what this receiver already handed to its supervisor; else the positions the
 driver acknowledged (from its registration answer: exactly-once ingestion across
 receiver deaths); else ``start_offsets`` when given; else the group's committed
-offsets; else ``auto.offset.reset``.
+offsets; else ``auto.offset.reset``. A poll batch is stored in parts of at most
+the generator's ``max_block_bytes``, each with the ranges of exactly its records.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, TopicPartition
 
 from receiver.block import SourceRange
+from receiver.block_generator import item_bytes
 from receiver.errors import BlockGeneratorStoppedError
 from receiver.items import encode_utf8_pair
 from receiver.receiver import Receiver
@@ -33,6 +35,34 @@ Decoder = Callable[[bytes | None], Any]
 
 def utf8_decoder(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8")
+
+
+class _Part:
+    """The records of a poll batch going into one block, and their source ranges
+    (``[from, until)`` per partition)."""
+
+    def __init__(self, starts: dict[tuple[str, int], int] | None = None) -> None:
+        self.records: list[bytes] = []
+        self.size = 0
+        self.ranges: dict[tuple[str, int], list[int]] = {}
+        self._starts = starts or {}
+
+    def add(self, key: tuple[str, int], offset: int, record: bytes | None, size: int) -> None:
+        r = self.ranges.get(key)
+        if r is None:
+            self.ranges[key] = [self._starts.get(key, offset), offset + 1]
+        else:
+            r[1] = offset + 1
+        if record is not None:
+            self.records.append(record)
+            self.size += size
+
+    def next(self) -> _Part:
+        """The next part: each partition's range resumes where this part's ended."""
+        return _Part({**self._starts, **{k: hi for k, (_, hi) in self.ranges.items()}})
+
+    def source(self) -> tuple[SourceRange, ...]:
+        return tuple(SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(self.ranges.items()))
 
 
 class KafkaReceiver(Receiver):
@@ -126,59 +156,72 @@ class KafkaReceiver(Receiver):
         consumer = self._consumer
         assert consumer is not None
         stopped = self.stopped_event()
-        key_decoder, value_decoder = self.key_decoder, self.value_decoder
         # The default decoders: build each stored item straight from the UTF-8
         # bytes (validated, never decoded to str and encoded back).
-        raw_utf8 = key_decoder is utf8_decoder and value_decoder is utf8_decoder
-        supervisor = self.supervisor
+        raw_utf8 = self.key_decoder is utf8_decoder and self.value_decoder is utf8_decoder
         try:
             while not stopped.is_set():
                 self._commit_reported(consumer)
                 msgs = consumer.consume(self._batch_size(), 0.1)
-                if not msgs:
-                    continue
-                items: list[Any] = []
-                ranges: dict[tuple[str, int], list[int]] = {}
-                for msg in msgs:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            self.reportError("Kafka consumer error", RuntimeError(err.str()))
-                        continue
-                    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-                    assert topic is not None and partition is not None and offset is not None
-                    # A skipped record still counts as handled: its position is in
-                    # the batch's ranges, acknowledged with the batch's block.
-                    r = ranges.get((topic, partition))
-                    if r is None:
-                        ranges[(topic, partition)] = [offset, offset + 1]
-                    else:
-                        r[1] = offset + 1
-                    try:
-                        if raw_utf8:
-                            items.append(encode_utf8_pair(msg.key(), msg.value()))
-                        else:
-                            items.append((key_decoder(msg.key()), value_decoder(msg.value())))
-                    except Exception as exc:  # an undecodable payload: report, skip, go on
-                        self.undecodable += 1
-                        self.reportError(
-                            f"undecodable record at {(topic, partition, offset)} skipped", exc)
-                if not ranges:
-                    continue
-                # One block holds the whole batch, so the batch's positions are
-                # acknowledged only after all of its records are stored (invariant 2).
-                source = tuple(
-                    SourceRange(t, p, lo, hi) for (t, p), (lo, hi) in sorted(ranges.items()))
-                if raw_utf8:
-                    supervisor.push_many_encoded(items, source)
-                else:
-                    self.storeMany(items, source)
-                for key, (_, hi) in ranges.items():
-                    self._next_offsets[key] = hi
+                if msgs:
+                    self._store_batch(msgs, raw_utf8)
         except BlockGeneratorStoppedError:
             pass  # the supervisor is stopping
         except Exception as exc:
             self.restart("Kafka receiver failed", exc)
+
+    def _store_batch(self, msgs: list[Message], raw_utf8: bool) -> None:
+        """Store one poll batch in parts of at most ``max_block_bytes`` each.
+
+        Each part goes to the block generator whole with the source ranges of
+        exactly its own records (a skipped record's position goes with the part it
+        falls in), so a block's ranges cover exactly the records it holds and a
+        burst never makes a block the WAL refuses. A partition's range in a part
+        starts where its range in the previous part ended: the parts' ranges are
+        contiguous and together span what the whole batch would have.
+        """
+        supervisor = self.supervisor
+        cap = supervisor.generator.config.max_block_bytes
+        part = _Part()
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    self.reportError("Kafka consumer error", RuntimeError(err.str()))
+                continue
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            assert topic is not None and partition is not None and offset is not None
+            record = self._record_of(msg, raw_utf8, (topic, partition, offset))
+            size = 0 if record is None else item_bytes(record)
+            if part.records and part.size + size > cap:
+                self._push_part(part)
+                part = part.next()
+            # A skipped record still counts as handled: its position is in the
+            # part's ranges, acknowledged with the part's block.
+            part.add((topic, partition), offset, record, size)
+        if part.ranges:
+            self._push_part(part)
+
+    def _record_of(self, msg: Message, raw_utf8: bool, where: tuple[str, int, int]
+                   ) -> bytes | None:
+        """The record's stored encoding; None when it is skipped (undecodable, or a
+        bad record the supervisor's policy skipped and reported)."""
+        try:
+            if raw_utf8:
+                return encode_utf8_pair(msg.key(), msg.value())
+            item = (self.key_decoder(msg.key()), self.value_decoder(msg.value()))
+        except Exception as exc:  # an undecodable payload: report, skip, go on
+            self.undecodable += 1
+            self.reportError(f"undecodable record at {where} skipped", exc)
+            return None
+        # Encoded here rather than in the supervisor, so a part's bytes are exact.
+        return self.supervisor.encode_for_store(item)
+
+    def _push_part(self, part: _Part) -> None:
+        # The part's positions are acknowledged only after all of its records are
+        # stored and reported (invariant 2): they go to one block together.
+        self.supervisor.push_many_encoded(part.records, part.source())
+        self._next_offsets.update({key: hi for key, (_, hi) in part.ranges.items()})
 
     def onStop(self) -> None:
         # onStop may run on the receiving thread itself (a stop on a bad record

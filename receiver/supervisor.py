@@ -261,6 +261,13 @@ class ReceiverSupervisor:
             return None
         return data
 
+    def encode_for_store(self, item: Any) -> bytes | None:
+        """``item`` in its stored encoding, for :meth:`push_many_encoded`; None when it
+        cannot be stored (not encodable, or over ``max_record_bytes``): then it was
+        reported as a bad record, and under the ``fail`` policy this stops the
+        receiver and raises :class:`~receiver.errors.BadRecordError`."""
+        return self._encode(item)
+
     def report_bad_record(self, exc: BadRecordError) -> None:
         """A receiver met a record it cannot store (e.g. a socket line over its
         limit): count and report it; under the ``fail`` policy stop and raise."""
