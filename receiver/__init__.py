@@ -13,6 +13,7 @@ from receiver.errors import (
     BlockGeneratorTimeoutError,
     BlockReportError,
     BlockStoreError,
+    BlockTooLargeError,
     ReceiverError,
     ReceiverRefusedError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "BlockReportError",
     "BlockReporter",
     "BlockStoreError",
+    "BlockTooLargeError",
     "KafkaReceiver",
     "RateGeneratorReceiver",
     "RateLimiter",

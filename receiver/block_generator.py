@@ -60,6 +60,25 @@ def item_bytes(data: Any) -> int:
     return 0
 
 
+def split_by_bytes(records: list[Any], cap: int) -> list[list[Any]]:
+    """``records`` in order, cut into runs whose :func:`item_bytes` total at most
+    ``cap`` (a record over ``cap`` on its own is a run alone); ``[records]`` when
+    they fit together, an empty list included."""
+    parts: list[list[Any]] = []
+    part: list[Any] = []
+    size = 0
+    for r in records:
+        n = item_bytes(r)
+        if part and size + n > cap:
+            parts.append(part)
+            part, size = [], 0
+        part.append(r)
+        size += n
+    if part or not parts:
+        parts.append(part)
+    return parts
+
+
 @dataclass(frozen=True)
 class BlockGeneratorConfig:
     """``block_interval_ms`` (Spark's spark.streaming.blockInterval, 200 ms),

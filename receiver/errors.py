@@ -44,3 +44,11 @@ class SourceMetadataError(ReceiverError, TypeError):
     """``store``'s metadata is not a source position of a shape the supervisor knows
     (a ``SourceRange``, a ``(topic, partition, offset)`` tuple, or a list or tuple of
     ``SourceRange``). Raised before anything is stored: positions never vanish silently."""
+
+
+class BlockTooLargeError(ReceiverError, ValueError):
+    """A multi-item store carrying source positions holds more bytes than one block
+    may (``max_block_bytes``). Its positions cannot be divided among several blocks
+    (a range may span skipped records, items of several partitions interleave), and
+    one block over the cap may be one the WAL can never store: refused before
+    anything is stored. Store smaller lists, or each item with its own position."""

@@ -71,7 +71,11 @@ class Receiver:
         Single items go through the block generator (rate limit, block interval).
         A list or an iterator becomes one block of its own, stored and reported
         before ``store`` returns (Spark's pushArrayBuffer / pushIterator): when it
-        returns, that data is durable and known to the driver.
+        returns, that data is durable and known to the driver. One over the
+        generator's ``max_block_bytes`` becomes several blocks, in order, each
+        within the cap; if it carries ``metadata`` (source positions, which cannot
+        be divided among blocks) it is refused with
+        :class:`~receiver.errors.BlockTooLargeError` before anything is stored.
 
         Spark's ``store(ByteBuffer)`` (a pre-serialized block) is
         :meth:`storeBytes` here, because in Python ``bytes`` is the ordinary type of
@@ -94,7 +98,9 @@ class Receiver:
 
         Cheaper per item than :meth:`store` of each (one rate-limiter and lock
         round per call), and ``metadata`` (for example the source ranges of the
-        items) is acknowledged only together with all of them.
+        items) is acknowledged only together with all of them. Items over
+        ``max_block_bytes`` in all go into several blocks without ``metadata``,
+        and are refused with :class:`~receiver.errors.BlockTooLargeError` with it.
         """
         self.supervisor.push_many(list(items), metadata)
 

@@ -40,13 +40,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from receiver.block import Block, SourceRange
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig, new_block_id
+from receiver.block_generator import (
+    BlockGenerator,
+    BlockGeneratorConfig,
+    item_bytes,
+    new_block_id,
+    split_by_bytes,
+)
 from receiver.block_info import ReceivedBlockInfo
 from receiver.errors import (
     BadRecordError,
     BlockGeneratorStoppedError,
     BlockReportError,
     BlockStoreError,
+    BlockTooLargeError,
     ReceiverRefusedError,
 )
 from receiver.items import encode_item
@@ -294,28 +301,60 @@ class ReceiverSupervisor:
             return
         self.generator.add_data(data, metadata)
 
+    def _parts(self, records: list[bytes], metadata: Any) -> list[list[bytes]]:
+        """``records`` cut into runs of at most ``max_block_bytes`` (a record over
+        it alone). Source positions cannot be divided among several runs: the
+        supervisor cannot tell which records a range or an offset belongs to (a
+        range may span skipped records, partitions interleave), so a store that
+        carries them and needs more than one run raises :class:`BlockTooLargeError`
+        before anything is stored, rather than make a block the WAL may refuse."""
+        cap = self.generator.config.max_block_bytes
+        parts = split_by_bytes(records, cap)
+        if len(parts) > 1 and metadata is not None:
+            size = sum(item_bytes(r) for r in records)
+            raise BlockTooLargeError(
+                f"stream {self.stream_id}: {len(records)} records of {size} bytes stored "
+                f"together with source positions exceed max_block_bytes={cap}, and the "
+                "positions cannot be divided among blocks; store smaller lists or each "
+                "record with its own position")
+        return parts
+
     def push_many(self, items: list[Any], metadata: Any = None) -> None:
         """Items that go through the block generator together, into one block.
 
         ``metadata`` (for example the source ranges the items came from, skipped bad
         records included) is attached to that block, so the positions are
         acknowledged only when every item of the batch is stored and reported.
+        Items over ``max_block_bytes`` in all go into several blocks, in order, when
+        there is no ``metadata``; with it they are refused with
+        :class:`~receiver.errors.BlockTooLargeError` before anything is stored
+        (a single item over the cap goes into a block alone).
         """
         check_source_metadata(metadata)
         encoded = [d for d in (self._encode(i) for i in items) if d is not None]
-        self.generator.add_multiple_data(encoded, metadata)
+        for part in self._parts(encoded, metadata):
+            self.generator.add_multiple_data(part, metadata)
 
     def push_many_encoded(self, records: list[bytes], metadata: Any = None) -> None:
         """:meth:`push_many` for items already in their stored encoding
-        (:mod:`receiver.items`), as the Kafka receiver's default path builds them;
-        only the size limit is checked."""
+        (:mod:`receiver.items`), as the Kafka receiver builds them (it cuts its
+        batches by bytes itself, with each part's own ranges); only the size limit
+        is checked."""
         check_source_metadata(metadata)
         limit = self.config.max_record_bytes
         if any(len(r) > limit for r in records):
             records = [d for d in (self._checked(r) for r in records) if d is not None]
-        self.generator.add_multiple_data(records, metadata)
+        for part in self._parts(records, metadata):
+            self.generator.add_multiple_data(part, metadata)
 
     def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
+        """Store ``items`` as a block of their own, stored and reported before this
+        returns (Spark's pushArrayBuffer). Over ``max_block_bytes`` in all they are
+        stored as several blocks, in order, each reported before the next is
+        stored (if one fails, those before it stay stored and reported, and the
+        error is raised) when there is no ``metadata``; with it they are refused
+        with :class:`~receiver.errors.BlockTooLargeError` before anything is
+        stored (a single item over the cap is a block alone)."""
         check_source_metadata(metadata)
         failed = self.error or self.generator.failed
         if self.stopped.is_set() or failed is not None:
@@ -327,19 +366,22 @@ class ReceiverSupervisor:
                 + "; data not stored"
             )
         encoded = [d for d in (self._encode(i) for i in items) if d is not None]
+        parts = self._parts(encoded, metadata)
         tracker = SourceTracker()
-        tracker.add(metadata)
-        block_id = new_block_id(self.stream_id)
-        try:
-            self._push_block(block_id, encoded, tracker.take())
-        except Exception as exc:
-            # Same as a failed push from the generator: record it at once (so no
-            # later block gets through), report, stop the supervisor; the caller
-            # gets the error too.
-            if self.error is None:
-                self.error = exc
-            self.on_error(f"pushing block {block_id} failed", exc)
-            raise
+        tracker.add(metadata)  # None unless there is a single part
+        source = tracker.take()
+        for part in parts:
+            block_id = new_block_id(self.stream_id)
+            try:
+                self._push_block(block_id, part, source)
+            except Exception as exc:
+                # Same as a failed push from the generator: record it at once (so no
+                # later block gets through), report, stop the supervisor; the caller
+                # gets the error too.
+                if self.error is None:
+                    self.error = exc
+                self.on_error(f"pushing block {block_id} failed", exc)
+                raise
 
     def push_iterator(self, items: Iterator[Any], metadata: Any = None) -> None:
         self.push_array_buffer(list(items), metadata)
