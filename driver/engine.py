@@ -37,6 +37,7 @@ from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus, StreamingListener, event
 from driver.rate_controller import PIDRateEstimator, RateController
 from driver.received_block_tracker import ReceivedBlockTracker
+from driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
 from driver.receiver_tracker import ReceiverTracker
 from driver.wal_conf import wal_options_from_conf
 from receiver.block_generator import BlockGeneratorConfig
@@ -90,8 +91,10 @@ class EngineConfig:
     wal_options: dict[str, Any] = field(default_factory=dict)
     allocate_retries: int = DEFAULT_ALLOCATE_RETRIES
     allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS
+    max_block_bytes: int = BlockGeneratorConfig.max_block_bytes
 
     def __post_init__(self) -> None:
+        check_max_block_bytes(self.max_block_bytes)
         if self.batch_interval_ms <= 0:
             raise ConfigError("batch interval must be > 0")
         if not self.app_id:
@@ -122,7 +125,14 @@ class EngineConfig:
         kw.setdefault("allocate_backoff_ms",
                       ms(CONF_ALLOCATE_BACKOFF, DEFAULT_ALLOCATE_BACKOFF_MS))
         kw.setdefault("wal_options", wal_options_from_conf(conf))  # also `walstream inspect`'s
+        kw.setdefault("max_block_bytes",
+                      max_block_bytes_from_conf(conf, BlockGeneratorConfig.max_block_bytes))
         return cls(**kw)
+
+    def generator_config(self) -> BlockGeneratorConfig:
+        """Every receiver's block generator settings."""
+        return BlockGeneratorConfig(self.block_interval_ms, self.block_queue_size,
+                                    max_block_bytes=self.max_block_bytes)
 
 
 class StreamingEngine:
@@ -237,8 +247,7 @@ class StreamingEngine:
             specs.append(ReceiverTaskSpec(
                 s, r, self.receiver_tracker.address, self.config.bootstrap_servers,
                 f"{self.config.app_id}-receiver-{s}",
-                BlockGeneratorConfig(self.config.block_interval_ms, self.config.block_queue_size),
-                SupervisorConfig(), self.config.wal_options))
+                self.config.generator_config(), SupervisorConfig(), self.config.wal_options))
         self.receiver_tracker.start_all_receivers(self.sc, specs, self.config.relaunch_delay_s)
         if resubmit:
             self.generator.resubmit(resubmit)
