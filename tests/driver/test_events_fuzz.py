@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from driver.events import (
     EVENT_CODEC,
@@ -17,12 +15,10 @@ from driver.events import (
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from tests.walstream.fuzz_checks import (
-    FUZZ,
-    WRONG_TYPES,
+    FlippedBytes,
+    TruncationsRaise,
     decodes_or_typed_error,
-    garbage,
     huge_lengths,
-    truncations,
 )
 from wal.handle import RecordHandle
 from walstream.avro_codec import avro_long
@@ -30,33 +26,20 @@ from walstream.errors import CorruptDataError
 
 INFO = ReceivedBlockInfo(1, "input-1-a", 5, RecordHandle("wal-t", 0, 7, 2),
                          (SourceRange("src", 0, 0, 5),))
-VALID = [
-    encode_event(BlockAddition(INFO)),
-    encode_event(BatchAllocation(2000, ((1, (INFO, INFO)), (2, ())))),
-    encode_event(BatchCleanup((1000, 2000), ((1, (SourceRange("src", 0, 0, 5),)),))),
-]
+VALID = {
+    "addition": encode_event(BlockAddition(INFO)),
+    "allocation": encode_event(BatchAllocation(2000, ((1, (INFO, INFO)), (2, ())))),
+    "cleanup": encode_event(BatchCleanup((1000, 2000), ((1, (SourceRange("src", 0, 0, 5),)),))),
+}
 PREFIX = EVENT_CODEC.magic + b"\x01"
 ADDITION, ALLOCATION, CLEANUP = avro_long(0), avro_long(1), avro_long(2)
 
 
-@FUZZ
-@given(garbage)
-def test_random_bytes_raise_a_typed_error(data: bytes) -> None:
-    decodes_or_typed_error(decode_event, data)
-
-
-@FUZZ
-@given(st.sampled_from([b"", ADDITION, ALLOCATION, CLEANUP]), garbage)
-def test_a_valid_envelope_with_a_garbage_body_raises_a_typed_error(kind: bytes,
-                                                                   body: bytes) -> None:
-    decodes_or_typed_error(decode_event, PREFIX + kind + body)
-
-
-@pytest.mark.parametrize("valid", VALID, ids=["addition", "allocation", "cleanup"])
-def test_every_truncation_of_a_valid_event_raises_a_typed_error(valid: bytes) -> None:
-    for cut in truncations(valid):
-        with pytest.raises(CorruptDataError):
-            decode_event(cut)
+class TestEventDecoder(TruncationsRaise, FlippedBytes):
+    decode = staticmethod(decode_event)
+    error = CorruptDataError
+    valid = VALID
+    prefixes = tuple(PREFIX + kind for kind in (b"", ADDITION, ALLOCATION, CLEANUP))
 
 
 def test_huge_declared_lengths_and_indexes_raise_without_allocating() -> None:
@@ -86,24 +69,9 @@ def test_an_invalid_handle_inside_a_valid_encoding_raises_a_typed_error() -> Non
         decode_event(bad)
 
 
-@pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)
-def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
-    with pytest.raises(CorruptDataError, match="not bytes"):
-        decode_event(wrong)  # type: ignore[arg-type]
-
-
 def test_an_event_above_max_event_bytes_is_refused_before_decoding() -> None:
     from driver.events import MAX_EVENT_BYTES
 
     assert EVENT_CODEC.max_bytes == MAX_EVENT_BYTES >= 256 * 1024 * 1024
     with pytest.raises(CorruptDataError, match="max 10"):
-        EVENT_CODEC.decode(VALID[0], max_bytes=10)
-
-
-@FUZZ
-@given(st.sampled_from(VALID), st.integers(min_value=0), st.integers(0, 255))
-def test_a_flipped_byte_decodes_or_raises_a_typed_error(valid: bytes, pos: int,
-                                                        value: int) -> None:
-    data = bytearray(valid)
-    data[pos % len(data)] = value
-    decodes_or_typed_error(decode_event, bytes(data))
+        EVENT_CODEC.decode(VALID["addition"], max_bytes=10)

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from receiver.block import BLOCK_CODEC, Block, SourceRange
 from receiver.items import encode_item
 from tests.walstream.fuzz_checks import (
-    FUZZ,
-    WRONG_TYPES,
+    FlippedBytes,
+    TruncationsRaise,
     decodes_or_typed_error,
-    garbage,
     huge_lengths,
-    truncations,
 )
 from walstream.avro_codec import avro_long
 from walstream.errors import CorruptDataError
@@ -25,22 +21,11 @@ PREFIX = BLOCK_CODEC.magic + b"\x01"
 STREAM = avro_long(3)
 
 
-@FUZZ
-@given(garbage)
-def test_random_bytes_raise_a_typed_error(data: bytes) -> None:
-    decodes_or_typed_error(Block.decode, data)
-
-
-@FUZZ
-@given(garbage)
-def test_a_valid_envelope_with_a_garbage_body_raises_a_typed_error(body: bytes) -> None:
-    decodes_or_typed_error(Block.decode, PREFIX + body)
-
-
-def test_every_truncation_of_a_valid_block_raises_a_typed_error() -> None:
-    for cut in truncations(VALID):
-        with pytest.raises(CorruptDataError):
-            Block.decode(cut)
+class TestBlockDecoder(TruncationsRaise, FlippedBytes):
+    decode = staticmethod(Block.decode)
+    error = CorruptDataError
+    valid = {"block": VALID}
+    prefixes = (PREFIX,)
 
 
 def test_huge_declared_lengths_raise_without_allocating() -> None:
@@ -61,12 +46,6 @@ def test_invalid_utf8_in_the_block_id_raises_a_typed_error() -> None:
         Block.decode(PREFIX + STREAM + avro_long(2) + b"\xff\xfe" + b"\x00\x00")
 
 
-@pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)
-def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
-    with pytest.raises(CorruptDataError, match="not bytes"):
-        Block.decode(wrong)  # type: ignore[arg-type]
-
-
 def test_a_block_above_max_bytes_is_refused_before_decoding() -> None:
     from receiver.block import MAX_BLOCK_BYTES
 
@@ -74,11 +53,3 @@ def test_a_block_above_max_bytes_is_refused_before_decoding() -> None:
     with pytest.raises(CorruptDataError, match=f"max {len(VALID) - 1}"):
         Block.decode(VALID, max_bytes=len(VALID) - 1)
     assert Block.decode(VALID, max_bytes=len(VALID)).stream_id == 3
-
-
-@FUZZ
-@given(st.integers(min_value=0, max_value=len(VALID) - 1), st.integers(0, 255))
-def test_a_flipped_byte_decodes_or_raises_a_typed_error(pos: int, value: int) -> None:
-    data = bytearray(VALID)
-    data[pos] = value
-    decodes_or_typed_error(Block.decode, bytes(data))

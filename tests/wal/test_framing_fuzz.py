@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from tests.walstream.fuzz_checks import (
     FUZZ,
     WRONG_TYPES,
+    TruncationsRaise,
     decodes_or_typed_error,
     garbage,
     huge_lengths,
-    truncations,
 )
 from wal.errors import CorruptRecordError
 from wal.framing import FRAME_CODEC, Reassembler, decode_frame, encode_record
@@ -27,22 +27,13 @@ def _decode(value: bytes) -> object:
     return decode_frame(value, "t@0")
 
 
-@FUZZ
-@given(garbage)
-def test_random_bytes_raise_a_typed_error(data: bytes) -> None:
-    decodes_or_typed_error(_decode, data)
-
-
-@FUZZ
-@given(garbage)
-def test_a_valid_envelope_with_a_garbage_body_raises_a_typed_error(body: bytes) -> None:
-    decodes_or_typed_error(_decode, PREFIX + body)
-
-
-def test_every_truncation_of_a_valid_frame_raises_a_typed_error() -> None:
-    for cut in truncations(FRAMES[1]):
-        with pytest.raises(CorruptRecordError):
-            decode_frame(cut, "t@0")
+class TestFrameDecoder(TruncationsRaise):
+    decode = staticmethod(_decode)
+    error = CorruptRecordError
+    valid = {"middle-chunk": FRAMES[1]}
+    prefixes = (PREFIX,)
+    # None is a Kafka tombstone: refused as a null value, not as "not bytes".
+    wrong_types = tuple(w for w in WRONG_TYPES if w is not None)
 
 
 def test_huge_declared_lengths_raise_without_allocating() -> None:
@@ -54,13 +45,6 @@ def test_huge_declared_lengths_raise_without_allocating() -> None:
     ]
     for data in cases:
         assert decodes_or_typed_error(_decode, data) is None
-
-
-@pytest.mark.parametrize("wrong", [w for w in WRONG_TYPES if w is not None],
-                         ids=lambda w: type(w).__name__)
-def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
-    with pytest.raises(CorruptRecordError, match="not bytes"):
-        decode_frame(wrong, "t@0")  # type: ignore[arg-type]
 
 
 frame_fields = st.fixed_dictionaries({

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from tests.walstream.fuzz_checks import (
-    FUZZ,
-    WRONG_TYPES,
+    FlippedBytes,
+    TruncationsRaise,
     decodes_or_typed_error,
-    garbage,
     huge_lengths,
-    truncations,
 )
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
@@ -34,22 +30,11 @@ VALID = CODEC.encode({"id": 7, "name": "é", "tags": [b"a", b"bc"], "conf": {"k"
 PREFIX = CODEC.magic + b"\x01"
 
 
-@FUZZ
-@given(garbage)
-def test_random_bytes_decode_or_raise_a_typed_error(data: bytes) -> None:
-    decodes_or_typed_error(CODEC.decode, data)
-
-
-@FUZZ
-@given(garbage)
-def test_a_valid_envelope_with_a_garbage_body_raises_a_typed_error(body: bytes) -> None:
-    decodes_or_typed_error(CODEC.decode, PREFIX + body)
-
-
-def test_every_truncation_of_a_valid_encoding_raises_a_typed_error() -> None:
-    for cut in truncations(VALID):
-        with pytest.raises(CorruptDataError):
-            CODEC.decode(cut)
+class TestVersionedCodecDecoder(TruncationsRaise, FlippedBytes):
+    decode = staticmethod(CODEC.decode)
+    error = CorruptDataError
+    valid = {"thing": VALID}
+    prefixes = (PREFIX,)
 
 
 def test_huge_declared_lengths_raise_without_allocating() -> None:
@@ -65,12 +50,6 @@ def test_invalid_utf8_in_a_string_raises_a_typed_error() -> None:
         CODEC.decode(PREFIX + b"\x0e\x04\xff\xfe\x00\x00\x00")
 
 
-@pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)
-def test_input_of_the_wrong_type_raises_a_typed_error(wrong: object) -> None:
-    with pytest.raises(CorruptDataError, match="not bytes"):
-        CODEC.decode(wrong)  # type: ignore[arg-type]
-
-
 def test_input_above_the_codecs_max_bytes_is_refused_before_decoding() -> None:
     bounded = VersionedCodec("thing", b"WSZZ", {1: SCHEMA}, max_bytes=4096)
     with pytest.raises(CorruptDataError, match="max 4096"):
@@ -79,14 +58,6 @@ def test_input_above_the_codecs_max_bytes_is_refused_before_decoding() -> None:
         CODEC.decode(VALID, max_bytes=8)
     bytearray_and_view = (bytearray(VALID), memoryview(VALID))
     assert all(CODEC.decode(v) == CODEC.decode(VALID) for v in bytearray_and_view)
-
-
-@FUZZ
-@given(st.integers(min_value=0, max_value=len(VALID) - 1), st.integers(0, 255))
-def test_a_flipped_byte_decodes_or_raises_a_typed_error(pos: int, value: int) -> None:
-    data = bytearray(VALID)
-    data[pos] = value
-    decodes_or_typed_error(CODEC.decode, bytes(data))
 
 
 @pytest.mark.parametrize(
