@@ -7,8 +7,8 @@ import sys
 
 from pyspark import SparkContext
 
-from driver import KafkaUtils  # was: from pyspark.streaming.kafka import KafkaUtils
-from driver import StreamingContext  # was: from pyspark.streaming import StreamingContext
+from walstream import KafkaUtils  # was: from pyspark.streaming.kafka import KafkaUtils
+from walstream import StreamingContext  # was: from pyspark.streaming import StreamingContext
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

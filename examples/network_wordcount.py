@@ -9,7 +9,7 @@ import sys
 
 from pyspark import SparkContext
 
-from driver import StreamingContext  # was: from pyspark.streaming import StreamingContext
+from walstream import StreamingContext  # was: from pyspark.streaming import StreamingContext
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

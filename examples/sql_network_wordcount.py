@@ -9,7 +9,7 @@ import sys
 from pyspark import SparkContext
 from pyspark.sql import Row, SparkSession
 
-from driver import StreamingContext  # was: from pyspark.streaming import StreamingContext
+from walstream import StreamingContext  # was: from pyspark.streaming import StreamingContext
 
 
 def getSparkSessionInstance(sparkConf):

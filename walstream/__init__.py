@@ -1,13 +1,70 @@
 """walstream: Spark Streaming's receiver design with Kafka topics as write-ahead logs.
 
+The user's entry point. Port a PySpark streaming app by changing its imports::
+
+    from walstream import StreamingContext   # was: from pyspark.streaming import ...
+    from walstream import KafkaUtils         # was: from pyspark.streaming.kafka import ...
+
+``from driver import StreamingContext, KafkaUtils`` keeps working. The names below
+are loaded on first use: this package is also imported by every executor process
+(its errors and codecs), which must not pay for the driver side.
+
 The top-level packages follow Spark's streaming roles:
 
 * ``wal``        -- the Kafka-topic write-ahead log (WriteAheadLog contract)
 * ``receiver``   -- Receiver, BlockGenerator, ReceiverSupervisor (executor side)
 * ``driver``     -- trackers, job generation, the PySpark batch jobs
 * ``checkpoint`` -- checkpoints and getOrCreate recovery
-* ``walstream``  -- what they share: the root error, versioned Avro codec,
-  the embedded broker manager and the ``walstream`` command line.
+* ``walstream``  -- this entry point and what the others share: the root error,
+  versioned Avro codec, the embedded broker manager and the ``walstream`` command line.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "StreamingContext": "driver.streaming_context",
+    "DStream": "driver.dstream",
+    "KafkaUtils": "driver.kafka_utils",
+    "StreamingListener": "driver.listener",
+    "KafkaSink": "driver.kafka_sink",
+    "read_exactly_once": "driver.kafka_sink",
+    "Receiver": "receiver.receiver",
+}
+
+__all__ = [
+    "DStream",
+    "KafkaSink",
+    "KafkaUtils",
+    "Receiver",
+    "StreamingContext",
+    "StreamingListener",
+    "__version__",
+    "read_exactly_once",
+]
+
+if TYPE_CHECKING:
+    from driver.dstream import DStream
+    from driver.kafka_sink import KafkaSink, read_exactly_once
+    from driver.kafka_utils import KafkaUtils
+    from driver.listener import StreamingListener
+    from driver.streaming_context import StreamingContext
+    from receiver.receiver import Receiver
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'walstream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
