@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from driver import rpc_messages as m
 from driver.errors import ReportLimitError
-from driver.rpc_bounds import Bounds
 from receiver.block_info import ReceivedBlockInfo
 from walstream.errors import ConfigError
+from walstream.rpc import messages as m
+from walstream.rpc.bounds import Bounds
 
 # Avro bytes of one source range besides its topic: partition (int) and two longs,
 # and the topic's length prefix.

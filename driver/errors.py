@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walstream.errors import CorruptDataError, WalStreamError
+from walstream.errors import WalStreamError
 
 
 class DriverError(WalStreamError):
@@ -23,11 +23,6 @@ class JobFailedError(DriverError):
 
 class StreamClosedError(DriverError):
     """A driver-side input stream was used after its context stopped and closed it."""
-
-
-class RpcMessageError(DriverError, CorruptDataError):
-    """An RPC body is truncated, garbage, or over a bound (message size, items in an
-    array, bytes in a string); the message names the bound. Nothing was decoded."""
 
 
 class ReportLimitError(DriverError):

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from receiver.block import SourceRange
-from receiver.block_info import BLOCK_INFO_SCHEMA, ReceivedBlockInfo
+from receiver.block_info import ReceivedBlockInfo
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
+from walstream.rpc.schemas import BLOCK_INFO_SCHEMA
 
 _STREAM_BLOCKS = {
     "type": "record",

@@ -1,6 +1,6 @@
 """ReceiverTracker: the driver's RPC endpoint for receivers, and their launcher.
 
-Messages (gRPC, Avro bodies, see :mod:`driver.rpc_messages`): RegisterReceiver
+Messages (gRPC, Avro bodies, see :mod:`walstream.rpc.messages`): RegisterReceiver
 (accept or refuse, with the source positions the driver has acknowledged),
 AddBlock (answered True only after the tracker logged the block), Report
 (errors and deregistration) and a Control stream carrying StopReceiver,
@@ -27,7 +27,6 @@ from typing import Any
 
 import grpc
 
-from driver import rpc_messages as m
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReportLimitError, UnknownReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
@@ -41,6 +40,7 @@ from driver.receiver_scheduling import (
 from receiver.block_info import ReceivedBlockInfo
 from receiver.task import ReceiverTaskSpec, run_receiver_task
 from walstream.errors import ConfigError, CorruptDataError
+from walstream.rpc import messages as m
 
 log = logging.getLogger(__name__)
 

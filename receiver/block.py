@@ -13,18 +13,7 @@ from typing import Any
 
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import VersionedCodec, avro_long
-
-SOURCE_RANGE_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "SourceRange",
-    "namespace": "walstream.receiver",
-    "fields": [
-        {"name": "topic", "type": "string"},
-        {"name": "partition", "type": "int"},
-        {"name": "from_offset", "type": "long"},
-        {"name": "until_offset", "type": "long"},
-    ],
-}
+from walstream.rpc.schemas import SOURCE_RANGE_SCHEMA
 
 BLOCK_SCHEMA_V1: dict[str, Any] = {
     "type": "record",

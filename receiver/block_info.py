@@ -1,25 +1,16 @@
-"""ReceivedBlockInfo: what a receiver reports about one stored block."""
+"""ReceivedBlockInfo: what a receiver reports about one stored block.
+
+Its Avro schema, shared by the AddBlock message and the driver's events, is
+:data:`walstream.rpc.schemas.BLOCK_INFO_SCHEMA`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.block import SOURCE_RANGE_SCHEMA, SourceRange
-from wal.handle import HANDLE_SCHEMA, RecordHandle
-
-BLOCK_INFO_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "ReceivedBlockInfo",
-    "namespace": "walstream.driver",
-    "fields": [
-        {"name": "stream_id", "type": "int"},
-        {"name": "block_id", "type": "string"},
-        {"name": "num_records", "type": "long"},
-        {"name": "handle", "type": HANDLE_SCHEMA},
-        {"name": "source", "type": {"type": "array", "items": SOURCE_RANGE_SCHEMA}},
-    ],
-}
+from receiver.block import SourceRange
+from wal.handle import RecordHandle
 
 
 @dataclass(frozen=True, order=True)

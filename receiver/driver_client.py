@@ -4,7 +4,7 @@ Implements the supervisor's ``BlockReporter`` protocol over the network, plus th
 driver-to-receiver control stream (StopReceiver, CleanupOldBlocks,
 UpdateRateLimit). Every call has a deadline; an unreachable driver is an error
 the supervisor's bounded retries handle, never a hang. Every answer is decoded
-within :mod:`driver.rpc_messages`' bounds (a typed error otherwise), and messages
+within :mod:`walstream.rpc.messages`' bounds (a typed error otherwise), and messages
 are limited to ``MAX_MESSAGE_BYTES`` both ways.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import grpc
 
-from driver import rpc_messages as m
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from receiver.registration import Registration
+from walstream.rpc import messages as m
 
 log = logging.getLogger(__name__)
 

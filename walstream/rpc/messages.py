@@ -5,8 +5,8 @@ wire format is the same versioned-envelope discipline as everything we store.
 
 Every body is decoded through :class:`BoundedCodec`: a body over
 ``MAX_MESSAGE_BYTES``, truncated, garbage, or with an array or string over its
-message's :class:`~driver.rpc_bounds.Bounds` raises
-:class:`~driver.errors.RpcMessageError` (a
+message's :class:`~walstream.rpc.bounds.Bounds` raises
+:class:`~walstream.rpc.errors.RpcMessageError` (a
 :class:`~walstream.errors.CorruptDataError`) before fastavro builds anything, so
 decoding costs time and memory bounded by the bounds, on both sides.
 """
@@ -17,12 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.errors import RpcMessageError
-from driver.rpc_bounds import Bounds, check_bounds
-from receiver.block import SOURCE_RANGE_SCHEMA
-from receiver.block_info import BLOCK_INFO_SCHEMA
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
+from walstream.rpc.bounds import Bounds, check_bounds
+from walstream.rpc.errors import RpcMessageError
+from walstream.rpc.schemas import BLOCK_INFO_SCHEMA, SOURCE_RANGE_SCHEMA
 
 SERVICE = "walstream.ReceiverTracker"
 

@@ -1,4 +1,4 @@
-"""Fuzz of the RPC body decoders of both sides (driver/rpc_messages.py): every input
+"""Fuzz of the RPC body decoders of both sides (walstream/rpc/messages.py): every input
 decodes or raises a typed error (CorruptDataError; RpcMessageError for a bound), in
 bounded time and memory, and the server's request decoders never raise at all."""
 
@@ -10,8 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from driver import rpc_messages as m
-from driver.errors import RpcMessageError
 from receiver.block_info import ReceivedBlockInfo
 from tests.walstream.fuzz_checks import (
     FUZZ,
@@ -23,6 +21,8 @@ from tests.walstream.fuzz_checks import (
 )
 from walstream.avro_codec import avro_long
 from walstream.errors import CorruptDataError
+from walstream.rpc import messages as m
+from walstream.rpc.errors import RpcMessageError
 
 RANGE = {"topic": "src", "partition": 3, "from_offset": 10, "until_offset": 20}
 BLOCK = {"stream_id": 1, "block_id": "input-1-a", "num_records": 5,

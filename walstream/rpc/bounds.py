@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from driver.errors import RpcMessageError
 from walstream.errors import ConfigError
+from walstream.rpc.errors import RpcMessageError
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 

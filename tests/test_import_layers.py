@@ -1,0 +1,85 @@
+"""The layers between the top-level packages: the executor side loads no driver code.
+
+``wal`` and ``receiver`` run on executors and import nothing from ``driver``, at
+module level or inside a function; the wire protocol both sides speak
+(``walstream.rpc``) imports neither side. ``import driver`` is cheap: it loads
+no PySpark, no gRPC and none of the driver's modules until a name is used.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Package directory -> top-level packages none of its modules may import.
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "wal": frozenset({"driver", "receiver", "checkpoint"}),
+    "receiver": frozenset({"driver", "checkpoint"}),
+    "walstream/rpc": frozenset({"driver", "receiver", "checkpoint"}),
+}
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Every absolute module name ``path`` imports, at any depth (functions too)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _run(code: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_module_of_the_package_imports_a_higher_layer(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, package
+    bad = [f"{path.relative_to(ROOT)}:{line}: import {name}"
+           for path in files for line, name in _imported_modules(path)
+           if name.split(".")[0] in FORBIDDEN[package]]
+    assert not bad, "\n".join(bad)
+
+
+def test_an_executor_running_a_receiver_or_reading_a_block_loads_no_driver_package() -> None:
+    _run("import sys\n"
+         "import receiver, receiver.task, receiver.driver_client, receiver.supervisor\n"
+         "import wal, wal.kafka_log, wal.reader, walstream.rpc.messages\n"
+         "loaded = [m for m in sys.modules if m == 'driver' or m.startswith('driver.')]\n"
+         "assert not loaded, loaded")
+
+
+def test_importing_driver_loads_no_spark_no_grpc_and_none_of_its_modules() -> None:
+    _run("import sys, driver\n"
+         "heavy = ('pyspark', 'py4j', 'grpc', 'confluent_kafka')\n"
+         "loaded = [m for m in sys.modules if m.split('.')[0] in heavy\n"
+         "          or m.startswith('driver.')]\n"
+         "assert not loaded, loaded")
+
+
+def test_driver_public_names_load_on_first_use_and_are_the_defining_modules_objects() -> None:
+    import importlib
+
+    import driver
+
+    for name in driver.__all__:
+        defining = importlib.import_module(driver._EXPORTS[name])
+        assert getattr(driver, name) is getattr(defining, name)
+    assert set(driver.__all__) <= set(dir(driver))
+    from driver import KafkaUtils, StreamingContext
+
+    assert StreamingContext.__module__ == "driver.streaming_context"
+    assert KafkaUtils.__module__ == "driver.kafka_utils"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        driver.no_such_name  # noqa: B018
