@@ -45,19 +45,19 @@ integration: setup
 
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	$(BIN)/python -m bench.wal_bench --size full --out bench/RESULTS-wal.md
+	$(BIN)/python -m bench.wal_bench --size full --out bench/results/RESULTS-wal.md
 	$(BIN)/python -m bench.ingest_bench --size full
-	$(BIN)/python -m bench.addblock_bench --out bench/RESULTS-addblock.md
+	$(BIN)/python -m bench.addblock_bench --out bench/results/RESULTS-addblock.md
 	$(BIN)/python -m bench.peer_bench --size full
 	$(BIN)/python -m bench.recovery_bench --size full
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 10000 --receivers 10 \
-		--runs 3 --restart-timeout 150 --out bench/RESULTS-recovery-large.md
+		--runs 3 --restart-timeout 150 --out bench/results/RESULTS-recovery-large.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 100000 --receivers 10 \
-		--runs 3 --restart-timeout 240 --out bench/RESULTS-recovery-huge.md
+		--runs 3 --restart-timeout 240 --out bench/results/RESULTS-recovery-huge.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
-		--out bench/RESULTS-recovery-kills.md
+		--out bench/results/RESULTS-recovery-kills.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
-		--history-s 1800 --out bench/RESULTS-recovery-history.md
+		--history-s 1800 --out bench/results/RESULTS-recovery-history.md
 	$(BIN)/python -m bench.soak_bench --size full
 	$(BIN)/python -m bench.report
 

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--processes", type=int, default=4,
                     help="reporter processes (receivers live in executors, not the driver)")
-    ap.add_argument("--out", type=Path, default=Path("bench/RESULTS-addblock.md"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/RESULTS-addblock.md"))
     args = ap.parse_args(argv)
     rows = []
     with bench_broker() as broker:

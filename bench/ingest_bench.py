@@ -4,7 +4,7 @@ Usage (from the repo root)::
 
     python -m bench.ingest_bench [--size small|full] [--runs N] [--cluster/--no-cluster]
         [--block-interval-ms MS] [--max-block-records N] [--chunk-bytes B]
-        [--profile/--no-profile] [--out bench/RESULTS-ingest.md]
+        [--profile/--no-profile] [--out bench/results/RESULTS-ingest.md]
 
 Per record size (100 B and 10 KB values, no key), against one broker
 (``KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded in-memory Tansu on 127.0.0.1
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-bytes", type=int, default=IngestConfig.chunk_bytes)
     p.add_argument("--records-100", type=int, help="override N for 100 B records")
     p.add_argument("--records-10000", type=int, help="override N for 10 KB records")
-    p.add_argument("--out", type=Path, default=Path("bench/RESULTS-ingest.md"))
+    p.add_argument("--out", type=Path, default=Path("bench/results/RESULTS-ingest.md"))
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be >= 1")

@@ -1,4 +1,4 @@
-"""The ingest benchmark's Markdown report (``bench/RESULTS-ingest.md``)."""
+"""The ingest benchmark's Markdown report (``bench/results/RESULTS-ingest.md``)."""
 
 from __future__ import annotations
 

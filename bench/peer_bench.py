@@ -2,7 +2,7 @@
 
 Usage (from the repo root)::
 
-    python -m bench.peer_bench [--size small|full] [--runs N] [--out bench/RESULTS-peer.md]
+    python -m bench.peer_bench [--size small|full] [--runs N] [--out bench/results/RESULTS-peer.md]
 
 Both systems run ``bench/peer_app.py`` (identical code but for its imports) on
 ``local[3]`` with a 1 s batch, reading lines from one local TCP line server:
@@ -321,7 +321,7 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-peer.md")
+    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "results" / "RESULTS-peer.md")
     ap.add_argument("--runs", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])

@@ -3,7 +3,8 @@
 Usage (from the repo root)::
 
     python -m bench.recovery_bench [--size small|full] [--runs N] [--backlogs B ...] \
-        [--history-s S] [--receivers R] [--impls spark ours] [--out bench/RESULTS-recovery.md]
+        [--history-s S] [--receivers R] [--impls spark ours] \
+        [--out bench/results/RESULTS-recovery.md]
 
 ``make bench`` runs it five times: ``--size full`` (10^2 and 10^3 blocks, 3 runs,
 one minute of history, one receiver); 10^4 blocks (3 runs) and 10^5 blocks (1 run)
@@ -243,7 +244,7 @@ class _Run:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-recovery.md")
+    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "results" / "RESULTS-recovery.md")
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--backlogs", type=int, nargs="*", default=None)
     ap.add_argument("--restart-timeout", type=float, default=RESTART_TIMEOUT_S,

@@ -1,9 +1,12 @@
-"""Combine the benchmarks' result files into ``bench/RESULTS.md``.
+"""Summarise the benchmarks' result files in ``bench/RESULTS.md``.
 
-``python -m bench.report`` (the last step of ``make bench``): the machine, every
-target line of every ``RESULTS-*.md`` (met or missed, with its figure) in one
-table, then each file in full, so one page holds every table and plot. Nothing is
-measured here; a missing file is listed as not run.
+``python -m bench.report`` (the last step of ``make bench``) reads the detailed
+results under ``bench/results/`` and writes a page a person reads in two minutes:
+one table with every target line of every ``RESULTS-*.md`` (the target, the figure,
+met or missed, the machine it was measured on and a link to the file), the machines,
+and how to reproduce. Beside the results it writes the run-length comparison
+(``results/RESULTS-run-length.md``) and one plot of recovery at every backlog. Nothing
+is measured here; a missing file is listed as not run.
 """
 
 from __future__ import annotations
@@ -12,41 +15,46 @@ import json
 import re
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import (
-    finish_plot,
-    machine_info,
-    md_facts,
-    md_table,
-    pyplot,
-    write_results,
-)
+from bench.common import finish_plot, md_facts, md_table, pyplot, write_results
 from bench.recovery_runs import PLAIN_LAUNCH, kills_per_run, newest_session, provenance
 
 HERE = Path(__file__).resolve().parent
-#: (file, title) in the issue's order.
-PARTS = [
-    ("RESULTS-ingest.md", "1. Ingest ceiling vs raw Kafka"),
-    ("RESULTS-peer.md", "2. Peer: Spark's own receiver WAL"),
-    ("RESULTS-recovery.md", "3. Recovery time against backlog"),
-    ("RESULTS-recovery-lookahead.md",
-     "3. Recovery at 10^3 blocks, one-batch-ahead job building"),
-    ("RESULTS-preload-after.md",
-     "3. Recovery at 10^3 blocks, workers forked from the preloading daemon (walstream only)"),
-    ("RESULTS-recovery-large.md", "3a. Recovery at a backlog of 10^4 blocks"),
-    ("RESULTS-preload-after-large.md",
-     "3a. Recovery at 10^4 blocks, workers forked from the preloading daemon (walstream only)"),
-    ("RESULTS-recovery-huge.md", "3a. Recovery at a backlog of 10^5 blocks"),
-    ("RESULTS-recovery-kills.md", "3b. Recovery after 1 minute of running, 3 kills per run"),
-    ("RESULTS-recovery-history.md", "3b. Recovery after 30 minutes of running"),
-    ("RESULTS-recovery-history-same-session.md",
-     "3b. Recovery after 30 minutes of running, walstream only, one session"),
-    ("RESULTS-addblock.md", "4. Driver WAL: AddBlock"),
-    ("RESULTS-soak.md", "5. Soak: memory over 30 minutes, recovery after it"),
-    ("RESULTS-wal.md", "WAL write throughput vs raw produce"),
+#: The detailed results: every benchmark writes its files here (``make bench``).
+RESULTS = HERE / "results"
+SUMMARY = HERE / "RESULTS.md"
+#: Decisions resting on benchmark runs that are no longer in the tree (git history).
+DECISIONS = HERE.parent / "docs" / "decisions"
+#: The run-length comparison, written beside the results it reads.
+RUN_LENGTH_FILE = "RESULTS-run-length.md"
+
+
+#: (file under results/, benchmark, target) in the issue's order. A target of None:
+#: measured for reference, no target.
+PARTS: list[tuple[str, str, str | None]] = [
+    ("RESULTS-peer.md", "Peer: word count vs `pyspark.streaming` with its receiver WAL",
+     ">= 2x throughput, lower p99"),
+    ("RESULTS-recovery.md", "Recovery after a driver SIGKILL, 10^2 and 10^3 blocks",
+     "first batch <= 0.5x Spark's"),
+    ("RESULTS-recovery-large.md", "Recovery, 10^4 blocks (ten receivers)",
+     "first batch <= 0.5x Spark's"),
+    ("RESULTS-recovery-huge.md", "Recovery, 10^5 blocks (ten receivers)",
+     "first batch <= 0.5x Spark's"),
+    ("RESULTS-recovery-kills.md", "Recovery after 1 minute of running, 3 kills per run",
+     "first batch <= 0.5x Spark's"),
+    ("RESULTS-recovery-history.md", "Recovery after 30 minutes of running, 3 kills per run",
+     "first batch <= 0.5x Spark's"),
+    (RUN_LENGTH_FILE, "Recovery against run length (walstream)",
+     "flat: within 1.2x of after 1 minute"),
+    ("RESULTS-ingest.md", "Ingest: Kafka source -> receiver WAL -> reported",
+     ">= 0.7x raw produce"),
+    ("RESULTS-soak.md", "Soak: RSS over 30 minutes at half the sustained rate",
+     "growth < 10%"),
+    ("RESULTS-addblock.md", "AddBlock through the driver's gRPC endpoint, 8/32/128 reporters",
+     None),
+    ("RESULTS-wal.md", "WAL write throughput vs raw produce", None),
 ]
 VERDICT = re.compile(r"\*\*(met|missed)\*\*")
 
@@ -68,9 +76,8 @@ RUN_LENGTH = ("RESULTS-recovery.json", "RESULTS-recovery-history.json")
 #: Other short-history files at the same backlog: the comparison takes, of these
 #: and RUN_LENGTH's first, one measured on the long history's CPU, preferring the
 #: long one's kills per run (RESULTS-recovery-kills: 1 min, 3 kills), then the newest.
-RUN_LENGTH_SHORT = ("RESULTS-recovery-lookahead.json", "RESULTS-recovery-kills.json")
+RUN_LENGTH_SHORT = ("RESULTS-recovery-kills.json",)
 RUN_LENGTH_BACKLOG = "1000"
-RUN_LENGTH_AFTER = "RESULTS-recovery-history.md"  # the part the comparison follows
 #: "Flat in run length": the first batch after the long history within this factor
 #: of the first batch after the short one (one run's spread at 10^3 blocks is ~10%).
 FLAT = 1.2
@@ -100,9 +107,9 @@ def _run_length_files() -> list[Path]:
     one with the long run's kills per run first: with ``--kills`` the later kills
     of a run come after earlier restarts of the same app, so only the same count
     on both sides leaves the history as the one difference. Then the newest."""
-    short, long = (HERE / name for name in RUN_LENGTH)
+    short, long = (RESULTS / name for name in RUN_LENGTH)
     cpu, kills = provenance(long).get("CPU"), _kills(long)
-    same = [p for p in (short, *(HERE / n for n in RUN_LENGTH_SHORT))
+    same = [p for p in (short, *(RESULTS / n for n in RUN_LENGTH_SHORT))
             if p.exists() and provenance(p).get("CPU") == cpu]
     if not same:
         return [short, long]
@@ -159,8 +166,8 @@ def run_length(files: Sequence[Path] | None = None,
 
 
 #: Every recovery-against-backlog result, for one plot from 10^2 to 10^5 blocks.
-BACKLOG_FILES = ("RESULTS-recovery.json", "RESULTS-recovery-lookahead.json",
-                 "RESULTS-recovery-large.json", "RESULTS-recovery-huge.json")
+BACKLOG_FILES = ("RESULTS-recovery.json", "RESULTS-recovery-large.json",
+                 "RESULTS-recovery-huge.json")
 BACKLOG_PLOT = "recovery-all-backlogs.png"
 
 Series = tuple[str, int, str]  # (system, receivers, CPU)
@@ -226,50 +233,143 @@ def restart_caveat(json_path: Path) -> str:
             "its times are too slow; re-run)")
 
 
-def _demote(text: str) -> str:
-    """Headings one level down, so each file nests under its section."""
-    return "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
+#: A target line: ``<figure> (target <target>[; <note>]): met`` (or ``-> missed``).
+_TARGET = re.compile(r"\s*\(target:?\s*([^;)]*)(?:;\s*([^)]*))?\)")
+_VERDICT_AFTER = re.compile(r"^\s*(?::|->)\s*(?:met|missed)\b")
 
 
-def render(facts: dict[str, str]) -> str:
-    rows: list[list[str]] = []
-    sections: list[str] = []
-    for name, title in PARTS:
-        path = HERE / name
-        if not path.exists():
-            rows.append([title, "not run", ""])
-            continue
+def figure(what: str) -> str:
+    """A target line's figure: the line without its ``(target ...)`` and verdict
+    (kept: a note inside the parenthesis and anything after the verdict)."""
+    m = _TARGET.search(what)
+    if not m:
+        return what
+    note = f" ({m.group(2).strip()})" if m.group(2) else ""
+    return (what[:m.start()] + note + _VERDICT_AFTER.sub("", what[m.end():])).strip()
+
+
+def measured_on(md_path: Path) -> str:
+    """``AMD EPYC, git 5d01172``: the CPU kind and code a results file names."""
+    facts = provenance(md_path.with_suffix(".json"))
+    cpu = facts.get("CPU", "?").split(", ", 1)[-1]
+    return f"{cpu}, {facts.get('Code', '?')}"
+
+
+_FACTS = re.compile(r"^\| \*\*([^*]+)\*\* \| (.*) \|$", re.M)
+#: The machine facts the summary lists (every results file has them, in its header).
+MACHINE_KEYS = ("CPU", "Memory", "Python", "Java", "confluent-kafka / librdkafka")
+
+
+def machines(paths: Sequence[Path]) -> str:
+    """One row per machine the results files were measured on, naming its files."""
+    seen: dict[tuple[str, ...], list[str]] = {}
+    for path in paths:
+        if path.exists():
+            facts = dict(_FACTS.findall(path.read_text()))
+            key = tuple(facts.get(k, "?") for k in MACHINE_KEYS)
+            seen.setdefault(key, []).append(f"[{path.stem}](results/{path.name})")
+    return md_table([*MACHINE_KEYS, "Results"],
+                    [[*key, ", ".join(files)] for key, files in seen.items()])
+
+
+def decisions(folder: Path) -> list[str]:
+    """Markdown links to the decision records that cite a benchmark result."""
+    out = []
+    for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
         text = path.read_text()
+        if "bench/" in text:
+            title = next((line.lstrip("# ") for line in text.splitlines()
+                          if line.startswith("# ")), path.stem)
+            out.append(f"- [{title}](../docs/decisions/{path.name})")
+    return out
+
+
+def run_length_page(files: Sequence[Path], lines: list[str]) -> str:
+    """The run-length comparison's own results file: the machine and code of the files
+    it compares (as every results file names them), then the table and verdict."""
+    facts = [provenance(path) for path in files]
+    cpus = dict.fromkeys(f.get("CPU", "?") for f in facts)
+    return "\n".join([
+        "# Recovery against run length", "",
+        "The same backlog after a short and a long history, both systems, from the "
+        "recovery benchmark's .json files (`python -m bench.report`). The short history "
+        "is one measured on the long one's CPU, with its kills per run when there is one.",
+        "", md_facts({"CPU": " / ".join(cpus),
+                      "Code": " / ".join(f.get("Code", "?") for f in facts)}),
+        "", *lines])
+
+
+def verdict_of(found: Sequence[str]) -> str:
+    """One benchmark's verdict over its target lines: met or missed when they agree."""
+    met = sum(v == "met" for v in found)
+    if met in (0, len(found)):
+        return found[0]
+    return f"{met} met, {len(found) - met} missed"
+
+
+def render() -> str:
+    """bench/RESULTS.md: one row per results file (every target line of it, one per
+    line of the cell), the machines, how to reproduce."""
+    rows: list[list[str]] = []
+    every: list[str] = []  # the verdict of every target line
+    for name, title, target in PARTS:
+        path = RESULTS / name
+        if not path.exists():
+            rows.append([title, target or "none", "not run", "", ""])
+            continue
+        link = f"[{title}](results/{name})"
+        found = verdicts(path.read_text())
+        if target is None or not found:
+            rows.append([link, target or "none (reference figures)",
+                         "see the file" if target is None else "(no target line)",
+                         "-", measured_on(path)])
+            continue
         caveat = restart_caveat(path.with_suffix(".json"))
-        for what, verdict in verdicts(text) or [("(no target line)", "")]:
-            rows.append([f"[{title}]({name})", what + caveat, verdict])
-        sections += [f"## {title}", "", _demote(text), ""]
-        flat = run_length() if name == RUN_LENGTH_AFTER else []
-        if flat:
-            found = verdicts(flat[-1])
-            rows.append(["[3b. Recovery against run length](#recovery-against-run-length)",
-                         *(found[0] if found else (flat[-1].lstrip("- "), "n/a"))])
-            sections += ["## Recovery against run length", "",
-                         "The same backlog after a short and a long history, both systems "
-                         "(from the recovery benchmark's .json files):", "", *flat, ""]
-    if plot_backlogs(backlog_points([HERE / f for f in BACKLOG_FILES]), HERE / BACKLOG_PLOT):
-        sections += ["## Recovery against backlog, every file", "",
-                     f"![first batch after the restart against backlog]({BACKLOG_PLOT})", ""]
+        every += [verdict for _, verdict in found]
+        rows.append([link, target, "<br>".join(figure(what) + caveat for what, _ in found),
+                     verdict_of([verdict for _, verdict in found]), measured_on(path)])
+    measured = [RESULTS / name for name, _, _ in PARTS if name != RUN_LENGTH_FILE]
+    cited = decisions(DECISIONS)
     return "\n".join([
         "# Benchmark results", "",
-        f"Assembled {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
-        "`python -m bench.report` from the files below; each was measured side by side "
-        "with its reference in one run on this machine (its own header gives the date, "
-        "the exact command and the load).", "",
-        "## Machine", "", md_facts(facts), "",
-        "## Targets", "",
-        md_table(["Benchmark", "Target line (figure)", "Verdict"], rows), "",
-        *sections,
+        "Each benchmark runs this project side by side with a reference (Spark's own "
+        "receiver WAL, or raw Kafka produce) against one broker in one run, 3 runs or "
+        "more, and reports median [min, max]; in a figure (a) is the reference and (b) "
+        "walstream. This page is the summary; each row links to its file under "
+        "[results/](results/), which gives the exact command, the machine, its load and "
+        "every run. Ratios are only taken within one file.",
+        "", "## Targets", "",
+        f"{every.count('met')} of {len(every)} target lines met.", "",
+        md_table(["Benchmark (details)", "Target", "Figure", "Verdict", "Measured on"],
+                 rows), "",
+        f"![first batch after the restart against backlog](results/{BACKLOG_PLOT})", "",
+        "## Machines", "",
+        "2-core machines, sometimes shared with other test runs (each file gives its "
+        "load):", "",
+        machines(measured), "",
+        "## Reproduce", "",
+        "- `make bench`: every benchmark at its full size (~9 hours on 2 cores), into "
+        "`bench/results/`, then `python -m bench.report` writes this page.",
+        "- `make bench-smoke`: every benchmark once at its small size (~20 minutes), into "
+        "`build/bench-smoke/`: it shows they work on a machine; its numbers are not "
+        "results.",
+        "- One benchmark alone, and the options behind each file: "
+        "[bench/README.md](README.md).",
+        *(["", "## Decisions resting on earlier runs", "",
+           "A/B runs that a change was decided on are not kept here; each record names "
+           "the commit that holds them:", "", *cited] if cited else []),
     ])
 
 
 def main() -> int:
-    write_results(HERE / "RESULTS.md", render(machine_info("see each benchmark")))
+    files = _run_length_files()
+    flat = run_length(files)
+    if flat:
+        write_results(RESULTS / RUN_LENGTH_FILE, run_length_page(files, flat))
+    else:  # a comparison of files no longer there would be stale
+        (RESULTS / RUN_LENGTH_FILE).unlink(missing_ok=True)
+    plot_backlogs(backlog_points([RESULTS / f for f in BACKLOG_FILES]), RESULTS / BACKLOG_PLOT)
+    write_results(SUMMARY, render())
     return 0
 
 

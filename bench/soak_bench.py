@@ -3,7 +3,7 @@
 Usage (from the repo root)::
 
     python -m bench.soak_bench [--size small|full] [--rate LINES_PER_S] \
-        [--out bench/RESULTS-soak.md]
+        [--out bench/results/RESULTS-soak.md]
 
 This service's word count (``bench/peer_app.py``, ``--impl ours``: local[3], 1 s
 batches, a 100 ms block interval) reads ``--rate`` lines/s (by default half of the
@@ -332,7 +332,7 @@ def render(soaks: Sequence[Soak], cfg: dict[str, Any], facts: dict[str, str], si
 
 def default_rate() -> float:
     """Half of this service's sustained rate in RESULTS-peer.md, else 4000 lines/s."""
-    path = ROOT / "bench" / "RESULTS-peer.md"
+    path = ROOT / "bench" / "results" / "RESULTS-peer.md"
     if path.exists():
         for line in path.read_text().splitlines():
             if line.startswith("| (b)"):
@@ -350,7 +350,7 @@ def plot_path(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "RESULTS-soak.md")
+    ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "results" / "RESULTS-soak.md")
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--runs", type=int, default=3,
                     help="soak runs, each on a broker and app of its own (default 3)")

@@ -2,7 +2,7 @@
 
 Usage (from the repo root)::
 
-    python -m bench.wal_bench [--size small|full] [--runs N] [--out bench/RESULTS-wal.md]
+    python -m bench.wal_bench [--size small|full] [--runs N] [--out bench/results/RESULTS-wal.md]
 
 Cases, all against one broker in one process (``KAFKA_BOOTSTRAP_SERVERS`` when set,
 else an embedded in-memory Tansu on 127.0.0.1 that is always stopped):
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description=(__doc__ or "").split("\n")[0])
     p.add_argument("--size", choices=sorted(SIZES), default="small")
     p.add_argument("--runs", type=int, default=3, help="runs per case (default 3)")
-    p.add_argument("--out", type=Path, default=Path("bench/RESULTS-wal.md"))
+    p.add_argument("--out", type=Path, default=Path("bench/results/RESULTS-wal.md"))
     p.add_argument("--wal-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a KafkaWalConfig option for every WAL of the run (VALUE parsed as "
                         "JSON when it parses, e.g. linger_ms=2); the raw baseline does not "

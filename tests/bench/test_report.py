@@ -116,12 +116,12 @@ def test_run_length_sets_the_long_history_beside_a_short_one_of_its_cpu(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import bench.report as report
 
-    monkeypatch.setattr(report, "HERE", tmp_path)
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
     intel, amd = "2 cores, Intel(R) Xeon(R)", "2 cores, AMD EPYC"
     _write(tmp_path / "RESULTS-recovery.json", 60, [8.4], [5.9], cpu=intel)
-    ahead = _write(tmp_path / "RESULTS-recovery-lookahead.json", 60, [11.9], [7.7], cpu=amd)
+    other = _write(tmp_path / "RESULTS-recovery-kills.json", 60, [11.9], [7.7], cpu=amd)
     long = _write(tmp_path / "RESULTS-recovery-history.json", 1800, [12.0], [8.0], cpu=amd)
-    assert report._run_length_files() == [ahead, long]
+    assert report._run_length_files() == [other, long]
     assert verdicts(run_length()[-1])[0][1] == "met"  # 8.0 / 7.7 on one machine
     _write(long, 1800, [9.0], [6.3], cpu=intel)
     assert report._run_length_files()[0].name == "RESULTS-recovery.json"
@@ -133,12 +133,12 @@ def test_run_length_prefers_a_short_history_with_the_long_ones_kills(
     # kills per run on both sides leaves the history as the one difference.
     import bench.report as report
 
-    monkeypatch.setattr(report, "HERE", tmp_path)
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
     amd = "2 cores, AMD EPYC"
     kills = _write(tmp_path / "RESULTS-recovery-kills.json", 60, [13.0, 12.5, 13.5],
                    [8.5, 8.1, 7.2], cpu=amd, kills=3)
     # Newer, but one kill per run: not the like-for-like file.
-    _write(tmp_path / "RESULTS-recovery-lookahead.json", 60, [11.9], [7.7], cpu=amd)
+    _write(tmp_path / "RESULTS-recovery.json", 60, [11.9], [7.7], cpu=amd)
     long = _write(tmp_path / "RESULTS-recovery-history.json", 1800, [14.4, 12.4, 13.9],
                   [7.6, 9.5, 10.0], cpu=amd, kills=3)
     data = json.loads(kills.read_text())
@@ -148,4 +148,88 @@ def test_run_length_prefers_a_short_history_with_the_long_ones_kills(
     assert "| 3 (3 kills per run) |" in lines[0]
     assert verdicts(lines[-1])[0][1] == "met"  # 9.5 / 8.1 = 1.17
     _write(long, 1800, [14.4], [7.6], cpu=amd)  # one kill: the newest short one again
-    assert report._run_length_files()[0].name == "RESULTS-recovery-lookahead.json"
+    assert report._run_length_files()[0].name == "RESULTS-recovery.json"
+
+
+def test_figure_is_the_target_line_without_its_target_and_verdict() -> None:
+    from bench.report import figure
+
+    lines = {
+        "100 B, 1 receiver, local[3]: 0.17x raw (target 0.7x) -> missed":
+            "100 B, 1 receiver, local[3]: 0.17x raw",
+        "Throughput (b)/(a): 2.00x (target >= 2x): met, but only on the medians of all":
+            "Throughput (b)/(a): 2.00x, but only on the medians of all",
+        "backlog 100: first batch (b)/(a) = 0.62 (target <= 0.5): missed":
+            "backlog 100: first batch (b)/(a) = 0.62",
+        "driver JVM: -1.7% [-5.7%, -1.4%] (target < 10%; 3 of 3 runs under it): met":
+            "driver JVM: -1.7% [-5.7%, -1.4%] (3 of 3 runs under it)",
+        "walstream's first batch ...: 1.06 (target: flat, within 1.2x): met; Spark's: 1.17":
+            "walstream's first batch ...: 1.06; Spark's: 1.17",
+        "no target here": "no target here",
+    }
+    for line, expected in lines.items():
+        assert figure(line) == expected
+
+
+def test_summary_has_one_row_per_target_line_linking_into_results(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.report as report
+
+    results, decisions = tmp_path / "results", tmp_path / "decisions"
+    results.mkdir()
+    decisions.mkdir()
+    monkeypatch.setattr(report, "RESULTS", results)
+    monkeypatch.setattr(report, "DECISIONS", decisions)
+    amd = "2 cores, AMD EPYC"
+    _write(results / "RESULTS-recovery.json", 60, [12.0], [7.0], cpu=amd)
+    md = results / "RESULTS-recovery.md"
+    md.write_text(md.read_text() + "\n- backlog 100: first batch (b)/(a) = **0.45** "
+                  "(target <= 0.5): **met**\n- backlog 1,000: first batch (b)/(a) = **0.58** "
+                  "(target <= 0.5): **missed**\n")
+    (results / "RESULTS-wal.md").write_text("# WAL\n\n| **CPU** | 2 cores, X |\n")
+    (decisions / "archive.md").write_text("# The class archive\n\nSee bench/RESULTS-x.md.\n")
+    (decisions / "unrelated.md").write_text("# Something else\n")
+    text = report.render()
+    row = next(line for line in text.splitlines() if "RESULTS-recovery.md" in line
+               and "0.58" in line)
+    caveat = (" (Spark recovered on local[*], one task slot fewer than walstream: its "
+              "times are too slow; re-run)")
+    # One row per file: each target line on a line of its own in the cell.
+    assert row == ("| [Recovery after a driver SIGKILL, 10^2 and 10^3 blocks]"
+                   "(results/RESULTS-recovery.md) | first batch <= 0.5x Spark's | "
+                   f"backlog 100: first batch (b)/(a) = 0.45{caveat}<br>"
+                   f"backlog 1,000: first batch (b)/(a) = 0.58{caveat} | "
+                   "1 met, 1 missed | AMD EPYC, git abc |")
+    assert "1 of 2 target lines met." in text
+    assert "| [WAL write throughput vs raw produce](results/RESULTS-wal.md) | none " in text
+    assert "| Soak: RSS over 30 minutes at half the sustained rate | growth < 10% | not run |" \
+        in text
+    assert "- [The class archive](../docs/decisions/archive.md)" in text
+    assert "Something else" not in text
+    assert "`make bench`" in text and "`make bench-smoke`" in text
+
+
+def test_main_writes_the_summary_and_the_run_length_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.report as report
+
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(report, "RESULTS", results)
+    monkeypatch.setattr(report, "SUMMARY", tmp_path / "RESULTS.md")
+    monkeypatch.setattr(report, "DECISIONS", tmp_path / "none")
+    amd = "2 cores, AMD EPYC"
+    _write(results / "RESULTS-recovery-kills.json", 60, [13.0], [8.0], cpu=amd, kills=3)
+    _write(results / "RESULTS-recovery-history.json", 1800, [14.0], [8.4], cpu=amd, kills=3)
+    assert report.main() == 0
+    page = (results / "RESULTS-run-length.md").read_text()
+    assert "| **CPU** | 2 cores, AMD EPYC |" in page
+    assert "[RESULTS-recovery-kills](RESULTS-recovery-kills.md)" in page
+    summary = (tmp_path / "RESULTS.md").read_text()
+    assert ("| [Recovery against run length (walstream)](results/RESULTS-run-length.md) | "
+            "flat: within 1.2x of after 1 minute | ") in summary
+    assert "| met | AMD EPYC, git abc / git abc |" in summary
+    # Without both files there is no comparison, and no stale page is left behind.
+    (results / "RESULTS-recovery-history.json").unlink()
+    assert report.main() == 0
+    assert not (results / "RESULTS-run-length.md").exists()

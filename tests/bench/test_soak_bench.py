@@ -76,5 +76,5 @@ def test_runs_survive_the_json_round_trip_and_render_the_same() -> None:
 
 
 def test_each_results_file_gets_its_own_plot_beside_it() -> None:
-    assert plot_path(Path("bench/RESULTS-soak.md")) == Path("bench/soak.png")
+    assert plot_path(Path("bench/results/RESULTS-soak.md")) == Path("bench/results/soak.png")
     assert plot_path(Path("out/RESULTS-soak-gc.md")) == Path("out/soak-gc.png")
