@@ -17,7 +17,7 @@ from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from tests.driver.helpers import INTERVAL
 from wal.handle import RecordHandle
-from walstream.testing.memory_wal import MemoryWriteAheadLog
+from walstream.testing import MemoryWAL
 
 _ids = itertools.count()
 
@@ -40,7 +40,7 @@ class Harness:
                  generate: Callable[[int], list[Job]] | None = None,
                  job_s: float = 0.0, max_events: int = 10_000) -> None:
         self.job_s = job_s
-        self.wal = MemoryWriteAheadLog()
+        self.wal = MemoryWAL()
         self.tracker = ReceivedBlockTracker([0, 1], self.wal)
         self.lock = threading.Lock()
         self.at_generation: dict[int, set[str]] = {}  # t -> blocks of t when jobs were built

@@ -20,8 +20,8 @@ from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus
 from driver.received_block_tracker import ReceivedBlockTracker
 from tests.driver.generator_harness import Harness, block, ids
-from tests.driver.helpers import INTERVAL, WAIT_S, wait_until
-from walstream.testing.memory_wal import MemoryWriteAheadLog
+from tests.driver.helpers import INTERVAL, WAIT_S
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,26 +30,26 @@ def test_blocks_are_allocated_before_jobs_are_generated(h: Harness) -> None:
     assert h.tracker.add_block(b0) and h.tracker.add_block(c0)
     first = h.gen.start()
     assert first % INTERVAL == 0
-    assert wait_until(lambda: h.batch_with(b0.block_id) is not None)
+    wait_until(lambda: h.batch_with(b0.block_id) is not None)
     assert h.batch_with(b0.block_id) == first
     # The tracker gave the blocks to `first` before the graph built its jobs.
     assert h.at_generation[first] == {b0.block_id, c0.block_id}
     assert h.seen[first] == {b0.block_id, c0.block_id}
     assert ids(h.tracker.get_blocks_of_batch(first)) == {b0.block_id, c0.block_id}
-    assert wait_until(lambda: first in h.completed_times())
+    wait_until(lambda: first in h.completed_times())
     assert h.records(first) == {0: 5, 1: 7}
 
     # A block added while running lands in the next batch generated after it.
     b1 = block(0, 3)
     assert h.tracker.add_block(b1)
     added_at = time.time() * 1000
-    assert wait_until(lambda: h.batch_with(b1.block_id) is not None)
+    wait_until(lambda: h.batch_with(b1.block_id) is not None)
     t = h.batch_with(b1.block_id)
     assert t is not None and t > first
     assert t >= added_at - INTERVAL  # not given to an earlier boundary
     assert h.at_generation[t] == {b1.block_id}
     assert ids(h.tracker.get_blocks_of_batch(t)) == {b1.block_id}
-    assert wait_until(lambda: t in h.completed_times())
+    wait_until(lambda: t in h.completed_times())
     assert h.records(t) == {0: 3, 1: 0}
     # Each block in exactly one batch.
     with h.lock:
@@ -60,13 +60,13 @@ def test_blocks_are_allocated_before_jobs_are_generated(h: Harness) -> None:
 def test_batch_times_are_consecutive_multiples_of_the_interval(h: Harness) -> None:
     first = h.gen.start()
     assert first % INTERVAL == 0 and first > time.time() * 1000 - INTERVAL
-    assert wait_until(lambda: len(h.completed_times()) >= 4)
+    wait_until(lambda: len(h.completed_times()) >= 4)
     times = h.completed_times()
     assert times[0] == first
     assert all(t % INTERVAL == 0 for t in times)
     assert [b - a for a, b in itertools.pairwise(times)] == [INTERVAL] * (len(times) - 1)
     # A batch is generated at (not before) its time.
-    assert wait_until(lambda: h.gen.last_generated_ms is not None)
+    wait_until(lambda: h.gen.last_generated_ms is not None)
     assert h.tracker.last_allocated_batch_time_ms is not None
     assert h.tracker.last_allocated_batch_time_ms <= time.time() * 1000
 
@@ -76,14 +76,14 @@ def test_a_failed_allocation_write_leaves_blocks_for_the_next_batch(h: Harness) 
     assert h.tracker.add_block(b0)
     h.wal.fail_writes = 1  # the first allocation write fails
     first = h.gen.start()
-    assert wait_until(lambda: h.batch_with(b0.block_id) is not None)
+    wait_until(lambda: h.batch_with(b0.block_id) is not None)
     # The first batch ran anyway, with nothing; the block went to the next one.
-    assert wait_until(lambda: first in h.completed_times())
+    wait_until(lambda: first in h.completed_times())
     assert h.seen[first] == set()
     assert h.records(first) == {}
     assert h.tracker.get_blocks_of_batch(first) == {}
     assert h.batch_with(b0.block_id) == first + INTERVAL
-    assert wait_until(lambda: first + INTERVAL in h.completed_times())
+    wait_until(lambda: first + INTERVAL in h.completed_times())
     assert h.records(first + INTERVAL) == {0: 4, 1: 0}
     assert h.scheduler.errors == []
 
@@ -98,7 +98,7 @@ def test_cleanup_is_called_after_each_batch_completes(h: Harness) -> None:
 
     h.gen.cleanup = cleanup
     h.gen.start()
-    assert wait_until(lambda: len(h.cleaned) >= 3)
+    wait_until(lambda: len(h.cleaned) >= 3)
     with h.lock:
         cleaned = list(h.cleaned)
     assert all(completed_when_cleaned)
@@ -134,7 +134,7 @@ def test_with_a_checkpointer_cleanup_waits_for_the_durable_checkpoint() -> None:
     try:
         first = h.gen.start()
         # Batch `first` completes; the checkpointer was asked (with a callback) ...
-        assert wait_until(lambda: (first, True) in cp.calls)
+        wait_until(lambda: (first, True) in cp.calls)
         time.sleep(0.25)  # ... and more batches completed meanwhile
         assert len(h.completed_times()) >= 2
         assert h.cleaned == []  # nothing cleaned before the checkpoint is durable
@@ -155,8 +155,8 @@ def test_a_checkpointer_is_asked_after_each_batch_even_without_cleanup() -> None
     h = Harness(cleanup=False, checkpointer=cp)
     try:
         first = h.gen.start()
-        assert wait_until(lambda: first in h.completed_times())
-        assert wait_until(lambda: len([c for c in cp.calls if c[0] == first]) == 2)
+        wait_until(lambda: first in h.completed_times())
+        wait_until(lambda: len([c for c in cp.calls if c[0] == first]) == 2)
         assert next(c for c in cp.calls if c[0] == first) == (first, False)
         cp.release()  # a callback, when given, is harmless to call
     finally:
@@ -167,7 +167,7 @@ def test_stop_with_drain_keeps_generating_until_drained() -> None:
     h = Harness(job_s=0.15)  # batches still running when the drain holds
     try:
         h.gen.start()
-        assert wait_until(lambda: h.gen.last_generated_ms is not None)
+        wait_until(lambda: h.gen.last_generated_ms is not None)
         b0 = block(0, 1)
         assert h.tracker.add_block(b0)
         stop_called = time.time() * 1000
@@ -204,7 +204,7 @@ def test_stop_without_drain_is_prompt() -> None:
     h = Harness()
     try:
         h.gen.start()
-        assert wait_until(lambda: h.gen.last_generated_ms is not None)
+        wait_until(lambda: h.gen.last_generated_ms is not None)
         started = time.monotonic()
         h.gen.stop(timeout_s=2)
         assert time.monotonic() - started < 1.0
@@ -231,7 +231,7 @@ def test_an_error_generating_jobs_is_reported_and_later_batches_run() -> None:
         # The original error, as Spark's awaitTermination rethrows it, naming the batch.
         assert isinstance(err, RuntimeError) and str(err) == "graph exploded 7"
         assert f"Error generating jobs for time {first}" in err.__notes__
-        assert wait_until(lambda: len(h.completed_times()) >= 2)
+        wait_until(lambda: len(h.completed_times()) >= 2)
         assert first not in h.completed_times()
     finally:
         h.close()
@@ -252,7 +252,7 @@ def test_a_full_event_queue_holds_the_timer_back_and_drops_no_batch() -> None:
             release.wait(5)
         return []
 
-    tracker = ReceivedBlockTracker([0], MemoryWriteAheadLog())
+    tracker = ReceivedBlockTracker([0], MemoryWAL())
     scheduler = JobScheduler(ListenerBus())
     gen = JobGenerator(tracker, INTERVAL, generate, scheduler, max_events=2)
     try:
@@ -260,7 +260,7 @@ def test_a_full_event_queue_holds_the_timer_back_and_drops_no_batch() -> None:
         time.sleep(1.5)
         assert len(generated) == 1  # the loop is stuck in the first batch
         release.set()
-        assert wait_until(lambda: len(generated) >= 30)
+        wait_until(lambda: len(generated) >= 30)
         n = len(generated)
         assert generated[:n] == list(range(first, first + n * INTERVAL, INTERVAL))
     finally:
@@ -278,7 +278,7 @@ def test_stop_releases_a_timer_blocked_on_a_full_queue() -> None:
         release.wait(10)
         return []
 
-    tracker = ReceivedBlockTracker([0], MemoryWriteAheadLog())
+    tracker = ReceivedBlockTracker([0], MemoryWAL())
     scheduler = JobScheduler(ListenerBus())
     gen = JobGenerator(tracker, INTERVAL, generate, scheduler, max_events=1)
     try:

@@ -18,8 +18,8 @@ from driver.job_generator import JobGenerator
 from driver.job_scheduler import Job, JobScheduler
 from driver.listener import ListenerBus
 from driver.received_block_tracker import ReceivedBlockTracker
-from tests.driver.helpers import INTERVAL, WAIT_S, wait_until
-from walstream.testing.memory_wal import MemoryWriteAheadLog
+from tests.driver.helpers import INTERVAL, WAIT_S
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,7 +31,7 @@ class Rig:
         self.probe = probe
         self.calls: list[int] = []
         self.generated: list[int] = []
-        self.tracker = ReceivedBlockTracker([0], MemoryWriteAheadLog())
+        self.tracker = ReceivedBlockTracker([0], MemoryWAL())
         self.scheduler = JobScheduler(ListenerBus(),
                                       on_batch_completed=lambda i: self.gen.on_batch_completed(i))
         self.gen = JobGenerator(self.tracker, INTERVAL, self._jobs, self.scheduler,
@@ -95,7 +95,7 @@ def test_failed_before_allocate_calls_on_fatal_once_with_the_original_error(
     first = rig.gen.start()
     assert told.wait(WAIT_S)
     assert rig.calls == [first] * 3  # the first attempt and two retries, no more
-    assert wait_until(lambda: rig.scheduler.await_error(0) is not None)
+    wait_until(lambda: rig.scheduler.await_error(0) is not None)
     rig.gen.stop(timeout_s=2)
     assert len(fatal) == 1 and isinstance(fatal[0], TimeoutError)
     err = rig.scheduler.await_error(0)
@@ -113,7 +113,7 @@ def test_a_transient_before_allocate_failure_is_retried_and_the_batch_runs(
     rig = Rig(flaky, allocate_retries=3, allocate_backoff_ms=10)
     rigs.append(rig)
     first = rig.gen.start()
-    assert wait_until(lambda: first in [i.batchTime() for i in rig.scheduler.completed])
+    wait_until(lambda: first in [i.batchTime() for i in rig.scheduler.completed])
     assert rig.calls[:3] == [first] * 3
     assert rig.generated[0] == first
     assert rig.scheduler.await_error(0) is None

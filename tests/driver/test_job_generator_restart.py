@@ -17,7 +17,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.driver.generator_harness import Harness, block, ids
-from tests.driver.helpers import WAIT_S, wait_until
+from tests.driver.helpers import WAIT_S
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,7 +32,7 @@ def test_resubmit_generates_past_times_in_order_with_their_logged_blocks() -> No
         h.tracker.allocate_blocks_to_batch(1000)
         assert h.tracker.add_block(b1)
         far = h.restart([3000, 1000, 2000])
-        assert wait_until(lambda: len(h.completed_times()) == 3)
+        wait_until(lambda: len(h.completed_times()) == 3)
         assert h.generated == [1000, 2000, 3000]
         assert h.completed_times() == [1000, 2000, 3000]
         assert h.seen[1000] == {b0.block_id}  # a re-run gets exactly the logged blocks
@@ -57,8 +58,8 @@ def test_resubmitted_times_are_checkpointed_at_completion_only() -> None:
     h = Harness(checkpointer=checkpointer)
     try:
         h.restart([1000, 2000])
-        assert wait_until(lambda: len(h.completed_times()) == 2)
-        assert wait_until(lambda: len(calls) == 2)
+        wait_until(lambda: len(h.completed_times()) == 2)
+        wait_until(lambda: len(calls) == 2)
         assert calls == [(1000, False), (2000, False)]  # completion checkpoints only
         assert h.cleaned == [1000, 2000]
     finally:
@@ -77,21 +78,21 @@ def test_a_restart_allocates_every_batch_at_once_and_generates_one_ahead() -> No
         assert h.tracker.add_block(blocks[4])  # received, not allocated: the down time
         times = [1000, 2000, 3000, 4000, 5000, 6000]
         h.restart(times)
-        assert wait_until(lambda: 1000 in h.seen)  # the first batch runs
+        wait_until(lambda: 1000 in h.seen)  # the first batch runs
         # Every time is allocated (logged) in order at once, while at most the next
         # batch is built: 5000 took the waiting block.
-        assert wait_until(lambda: h.tracker.allocated_batch_times() == times)
+        wait_until(lambda: h.tracker.allocated_batch_times() == times)
         with h.lock:
             assert h.generated in ([1000], [1000, 2000])
         assert ids(h.tracker.get_blocks_of_batch(5000)) == {blocks[4].block_id}
         # While 1000 runs (0.5 s) 2000 is built, and no more; the checkpoint's pending
         # list still holds every batch not completed.
-        assert wait_until(lambda: h.generated == [1000, 2000])
+        wait_until(lambda: h.generated == [1000, 2000])
         time.sleep(0.1)
         with h.lock:
             assert h.generated == [1000, 2000] and 1000 not in h.completed_times()
         assert h.gen.pending_times() == times
-        assert wait_until(lambda: len(h.completed_times()) == 6)
+        wait_until(lambda: len(h.completed_times()) == 6)
         assert h.generated == times and h.completed_times() == times
         assert [h.seen[t] for t in times] == [{b.block_id} for b in blocks] + [set()]
         assert h.gen.pending_times() == []
@@ -104,7 +105,7 @@ def test_a_deferred_batch_counts_its_wait_from_its_allocation() -> None:
     try:
         started = time.time() * 1000
         h.restart([1000, 2000, 3000])
-        assert wait_until(lambda: len(h.completed_times()) == 3)
+        wait_until(lambda: len(h.completed_times()) == 3)
         last = h.scheduler.completed[-1]
         # 3000 was generated only after 1000 finished (~0.5 s), yet it was submitted
         # (allocated) at the restart, so its scheduling delay shows the ~1 s it waited.
@@ -126,7 +127,7 @@ def test_a_checkpoint_written_while_batches_are_deferred_lists_them_pending() ->
     h = Harness(checkpointer=checkpointer, job_s=0.2)
     try:
         h.restart([1000, 2000, 3000, 4000])
-        assert wait_until(lambda: len(pending_at) == 4)
+        wait_until(lambda: len(pending_at) == 4)
         # At 1000's completion 3000 and 4000 were not generated yet: a crash then must
         # re-run them, so the checkpoint names them.
         assert pending_at[1000] == [2000, 3000, 4000]
@@ -142,7 +143,7 @@ def test_a_graceful_stop_runs_the_deferred_batches_first() -> None:
     try:
         times = list(range(1000, 41_000, 1000))
         h.restart(times)
-        assert wait_until(lambda: 1000 in h.seen)
+        wait_until(lambda: 1000 in h.seen)
         h.gen.stop(drain=lambda: True, timeout_s=WAIT_S)
         assert h.completed_times() == times
         assert h.cleaned == times
@@ -155,7 +156,7 @@ def test_a_graceful_stop_out_of_time_submits_every_deferred_batch() -> None:
     try:
         times = list(range(1000, 11_000, 1000))
         h.restart(times)
-        assert wait_until(lambda: 1000 in h.seen)
+        wait_until(lambda: 1000 in h.seen)
         # 10 x 0.3 s of jobs cannot finish in 0.5 s: the stop gives up waiting, but
         # builds and submits every batch first rather than dropping the deferred ones.
         stop_started = time.monotonic()
@@ -178,6 +179,6 @@ def test_more_resubmitted_times_than_the_event_queue_holds_do_not_hang_the_start
         started.start()
         started.join(WAIT_S)
         assert not started.is_alive()
-        assert wait_until(lambda: h.completed_times() == times)
+        wait_until(lambda: h.completed_times() == times)
     finally:
         h.close()

@@ -9,7 +9,8 @@ import pytest
 from driver.errors import JobFailedError
 from driver.job_scheduler import Job
 from tests.driver.generator_harness import Harness, block
-from tests.driver.helpers import WAIT_S, wait_until
+from tests.driver.helpers import WAIT_S
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -32,7 +33,7 @@ def test_failed_job_batch_stays_pending_and_is_never_cleaned_up() -> None:
         assert isinstance(err, JobFailedError) and isinstance(err.__cause__, ValueError)
         t = failed[0]
         # Later batches complete and are cleaned up after; the failed one never is.
-        assert wait_until(lambda: any(c > t for c in h.cleaned))
+        wait_until(lambda: any(c > t for c in h.cleaned))
         assert t not in h.cleaned
         assert t in h.scheduler.pending_times()
         assert t in h.gen.pending_times()  # what every later checkpoint lists as pending

@@ -20,7 +20,7 @@ from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 from walstream.errors import CorruptDataError
-from walstream.testing.memory_wal import MemoryWriteAheadLog
+from walstream.testing import MemoryWAL
 
 _ids = itertools.count()
 
@@ -41,14 +41,14 @@ class Clock:
         return self.now
 
 
-def tracker_over(wal: MemoryWriteAheadLog, streams: tuple[int, ...] = (0, 1)) -> (
+def tracker_over(wal: MemoryWAL, streams: tuple[int, ...] = (0, 1)) -> (
     ReceivedBlockTracker
 ):
     return ReceivedBlockTracker(streams, wal, clock=Clock())
 
 
 def test_add_allocate_get() -> None:
-    t = tracker_over(MemoryWriteAheadLog())
+    t = tracker_over(MemoryWAL())
     b1, b2, c1 = block(0), block(0), block(1)
     for b in (b1, b2, c1):
         assert t.add_block(b)
@@ -67,7 +67,7 @@ def test_add_allocate_get() -> None:
 
 
 def test_every_change_is_logged_before_memory_changes() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     b = block()
     t.add_block(b)
@@ -78,7 +78,7 @@ def test_every_change_is_logged_before_memory_changes() -> None:
 
 
 def test_failed_block_write_is_not_added() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     wal.fail_writes = 1
     assert t.add_block(block()) is False
@@ -86,18 +86,18 @@ def test_failed_block_write_is_not_added() -> None:
 
 
 def test_a_re_reported_block_is_kept_once() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     b = block()
     assert t.add_block(b) and t.add_block(b)
     assert t.get_unallocated_blocks(0) == [b]
     # Even when the addition was logged twice (a retried report), replay keeps one.
     wal.records.append(wal.records[0])
-    assert tracker_over(MemoryWriteAheadLog(wal.records)).get_unallocated_blocks(0) == [b]
+    assert tracker_over(MemoryWAL(wal.records)).get_unallocated_blocks(0) == [b]
 
 
 def test_spark_23991_failed_allocation_write_loses_no_block() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     blocks = [block(0), block(0), block(1)]
     for b in blocks:
@@ -109,11 +109,11 @@ def test_spark_23991_failed_allocation_write_loses_no_block() -> None:
     assert t.state() == before  # nothing dequeued, nothing allocated
     t.allocate_blocks_to_batch(3000)  # the next batch gets them
     assert t.get_blocks_of_batch(3000) == {0: (blocks[0], blocks[1]), 1: (blocks[2],)}
-    assert tracker_over(MemoryWriteAheadLog(wal.records)).state() == t.state()
+    assert tracker_over(MemoryWAL(wal.records)).state() == t.state()
 
 
 def test_spark_23438_replay_keeps_blocks_added_after_an_allocation() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     first = [block(0), block(0)]
     for b in first:
@@ -122,7 +122,7 @@ def test_spark_23438_replay_keeps_blocks_added_after_an_allocation() -> None:
     later = [block(0), block(1)]
     for b in later:
         t.add_block(b)
-    recovered = tracker_over(MemoryWriteAheadLog(wal.records))
+    recovered = tracker_over(MemoryWAL(wal.records))
     # Spark cleared every queue when replaying an allocation, losing these.
     assert recovered.get_unallocated_blocks(0) == [later[0]]
     assert recovered.get_unallocated_blocks(1) == [later[1]]
@@ -131,7 +131,7 @@ def test_spark_23438_replay_keeps_blocks_added_after_an_allocation() -> None:
 
 
 def test_spark_5233_replay_does_not_mix_leftover_blocks_into_new_batches() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     a = [block(0), block(0)]
     for b in a:
@@ -140,7 +140,7 @@ def test_spark_5233_replay_does_not_mix_leftover_blocks_into_new_batches() -> No
     b_late = block(0)
     t.add_block(b_late)
     # Replay must give batch 2000 exactly its blocks, and leave b_late for the next batch.
-    recovered = tracker_over(MemoryWriteAheadLog(wal.records))
+    recovered = tracker_over(MemoryWAL(wal.records))
     assert recovered.get_blocks_of_batch(2000) == {0: tuple(a), 1: ()}
     recovered.allocate_blocks_to_batch(4000)
     assert recovered.get_blocks_of_batch(4000) == {0: (b_late,), 1: ()}
@@ -151,7 +151,7 @@ def test_spark_5233_replay_does_not_mix_leftover_blocks_into_new_batches() -> No
 
 
 def test_spark_26734_a_queue_of_100k_blocks_serialises() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = ReceivedBlockTracker([0], None)  # fill without 100k log writes
     t._wal = wal
     for i in range(100_000):
@@ -161,19 +161,19 @@ def test_spark_26734_a_queue_of_100k_blocks_serialises() -> None:
     ev = decode_event(data)
     assert isinstance(ev, BatchAllocation) and len(ev.as_map()[0]) == 100_000
     assert encode_event(ev) == data
-    recovered = ReceivedBlockTracker([0], MemoryWriteAheadLog(wal.records))
+    recovered = ReceivedBlockTracker([0], MemoryWAL(wal.records))
     assert len(recovered.get_blocks_of_batch(2000)[0]) == 100_000
 
 
 def test_cleanup_forgets_old_batches_after_logging() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     for time_ms in (2000, 3000, 4000):
         t.add_block(block())
         t.allocate_blocks_to_batch(time_ms)
     t.cleanup_old_batches(3500, wait_for_completion=True)
     assert t.allocated_batch_times() == [4000]
-    assert tracker_over(MemoryWriteAheadLog(wal.records)).state() == t.state()
+    assert tracker_over(MemoryWAL(wal.records)).state() == t.state()
     wal.fail_writes = 1
     with pytest.raises(TrackerWriteError):
         t.cleanup_old_batches(5000, wait_for_completion=True)
@@ -183,7 +183,7 @@ def test_cleanup_forgets_old_batches_after_logging() -> None:
 def test_a_late_landing_allocation_does_not_double_a_block() -> None:
     """An allocation write that timed out but landed later, then the next allocation
     took the same blocks: replay must give them to the batch the live tracker ran."""
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     b = block()
     t.add_block(b)
@@ -193,18 +193,18 @@ def test_a_late_landing_allocation_does_not_double_a_block() -> None:
         t.allocate_blocks_to_batch(2000)
     wal.records.append((late, 1000))  # the "failed" write lands after all
     t.allocate_blocks_to_batch(3000)
-    recovered = tracker_over(MemoryWriteAheadLog(wal.records))
+    recovered = tracker_over(MemoryWAL(wal.records))
     assert recovered.state() == t.state()
     assert recovered.get_blocks_of_batch(3000)[0] == (b,)
 
 
 def test_corrupt_events_are_skipped_and_counted() -> None:
-    wal = MemoryWriteAheadLog()
+    wal = MemoryWAL()
     t = tracker_over(wal)
     b = block()
     t.add_block(b)
     wal.records.append((b"garbage", 1))
-    recovered = tracker_over(MemoryWriteAheadLog(wal.records))
+    recovered = tracker_over(MemoryWAL(wal.records))
     assert recovered.corrupt_events == 1
     assert recovered.get_unallocated_blocks(0) == [b]
 
@@ -216,7 +216,7 @@ def test_a_block_addition_without_its_block_is_a_corrupt_event() -> None:
                                "allocated": [], "cleanup_times_ms": []})
     with pytest.raises(CorruptDataError, match="without its block"):
         decode_event(data)
-    wal = MemoryWriteAheadLog([(data, 1)])
+    wal = MemoryWAL([(data, 1)])
     assert tracker_over(wal).corrupt_events == 1
 
 

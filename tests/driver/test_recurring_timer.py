@@ -8,7 +8,8 @@ import time
 import pytest
 
 from driver.recurring_timer import RecurringTimer
-from tests.driver.helpers import INTERVAL, wait_until
+from tests.driver.helpers import INTERVAL
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,11 +27,11 @@ def test_recurring_timer_fires_every_missed_period_in_order() -> None:
     clock = FakeClock(10.0)
     timer = RecurringTimer(INTERVAL, ticks.append, "t", clock=clock)
     assert timer.start(9_000) == 9_000
-    assert wait_until(lambda: len(ticks) >= 11)
+    wait_until(lambda: len(ticks) >= 11)
     time.sleep(0.05)
     assert ticks == list(range(9_000, 10_001, INTERVAL))  # late ticks not skipped
     clock.now_s = 10.25
-    assert wait_until(lambda: len(ticks) >= 13)
+    wait_until(lambda: len(ticks) >= 13)
     assert timer.stop() == 10_300
     assert ticks == list(range(9_000, 10_201, INTERVAL))
 
@@ -49,7 +50,7 @@ def test_recurring_timer_starts_on_the_next_boundary_and_survives_callback_error
     time.sleep(0.05)
     assert ticks == []
     clock.now_s = 12.6
-    assert wait_until(lambda: len(ticks) >= 3)
+    wait_until(lambda: len(ticks) >= 3)
     started = time.monotonic()
     assert timer.stop() == 12_700
     assert time.monotonic() - started < 1.0

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
-from tests.receiver.conftest import WAIT_S
+from walstream.testing import WAIT_S
 
 
 class RecordingListener:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from receiver.block import SourceRange
 from receiver.supervisor import ReceiverSupervisor
-from tests.receiver.conftest import FakeReporter, ScriptReceiver, wait_until
+from tests.receiver.doubles import FakeReporter, ScriptReceiver
+from walstream.testing import wait_until
 
 
 def run_to_end(sup: ReceiverSupervisor, receiver: ScriptReceiver) -> None:

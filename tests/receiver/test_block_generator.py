@@ -11,7 +11,6 @@ import pytest
 
 from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
-from tests.receiver.conftest import WAIT_S, wait_until
 from tests.receiver.generator_doubles import (
     RecordingListener,
     held_until,
@@ -19,6 +18,7 @@ from tests.receiver.generator_doubles import (
     run_in_thread,
 )
 from walstream.errors import ConfigError
+from walstream.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

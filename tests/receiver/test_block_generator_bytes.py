@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
-from tests.receiver.conftest import WAIT_S, wait_until
 from tests.receiver.generator_doubles import RecordingListener, make
 from walstream.errors import ConfigError
+from walstream.testing import WAIT_S, wait_until
 
 
 def test_a_block_is_cut_when_its_bytes_reach_max_block_bytes(

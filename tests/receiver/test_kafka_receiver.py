@@ -23,7 +23,8 @@ from receiver.block import SourceRange
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.kafka_receiver import KafkaReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from tests.receiver.conftest import FakeReporter, MemoryWAL, ranges_of, wait_until
+from tests.receiver.doubles import FakeReporter, ranges_of
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

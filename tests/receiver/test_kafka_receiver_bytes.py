@@ -19,7 +19,8 @@ from receiver.block import Block, SourceRange
 from receiver.block_generator import BlockGeneratorConfig, item_bytes
 from receiver.kafka_receiver import KafkaReceiver, utf8_decoder
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from tests.receiver.conftest import FakeReporter, MemoryWAL, wait_until
+from tests.receiver.doubles import FakeReporter
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from receiver.rate_limiter import RateLimiter
-from tests.receiver.conftest import WAIT_S
+from walstream.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(30)
 

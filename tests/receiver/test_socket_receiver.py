@@ -12,7 +12,8 @@ import pytest
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.socket_receiver import SocketTextReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from tests.receiver.conftest import FakeReporter, MemoryWAL, wait_until
+from tests.receiver.doubles import FakeReporter
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,7 +12,8 @@ from receiver.block import SourceRange
 from receiver.errors import SourceMetadataError
 from receiver.source_metadata import check_source_metadata
 from receiver.supervisor import ReceiverSupervisor
-from tests.receiver.conftest import FakeReporter, ScriptReceiver, wait_until
+from tests.receiver.doubles import FakeReporter, ScriptReceiver
+from walstream.testing import wait_until
 
 WRONG_SHAPES: list[Any] = [
     {"topic": "src", "partition": 0, "offset": 3},  # a dict, not a tuple

@@ -22,20 +22,18 @@ from receiver.errors import (
 )
 from receiver.items import encode_utf8_pair
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from tests.receiver.conftest import (
+from tests.receiver.doubles import (
     STREAM,
-    WAIT_S,
     FakeReporter,
-    MemoryWAL,
     Script,
     ScriptReceiver,
     ranges_of,
     src,
     store_each,
-    wait_until,
 )
 from tests.receiver.supervisor_checks import assert_acks_follow_reports, merged, run_to_end
 from walstream.errors import ConfigError
+from walstream.testing import WAIT_S, MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -17,7 +17,8 @@ from receiver.block import Block, SourceRange
 from receiver.block_generator import item_bytes
 from receiver.errors import BlockTooLargeError, ReceiverError
 from receiver.items import encode_item
-from tests.receiver.conftest import FakeReporter, MemoryWAL, src, wait_until
+from tests.receiver.doubles import FakeReporter, src
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,19 +14,11 @@ import pytest
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.errors import BlockStoreError
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from tests.receiver.conftest import (
-    STREAM,
-    WAIT_S,
-    AsyncMemoryWAL,
-    FakeReporter,
-    Script,
-    ScriptReceiver,
-    store_each,
-    wait_until,
-)
+from tests.receiver.doubles import STREAM, FakeReporter, Script, ScriptReceiver, store_each
 from tests.receiver.supervisor_checks import assert_acks_follow_reports, run_to_end
 from wal.errors import WalWriteTimeoutError
 from wal.handle import RecordHandle
+from walstream.testing import WAIT_S, AsyncMemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,7 +12,8 @@ from receiver.block_generator import BlockGeneratorConfig
 from receiver.block_info import ReceivedBlockInfo
 from receiver.errors import ReceiverRefusedError
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from tests.receiver.conftest import MemoryWAL, ScriptReceiver, src, store_each, wait_until
+from tests.receiver.doubles import ScriptReceiver, src, store_each
+from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -14,41 +14,11 @@ from wal import (
     RecordHandle,
     WalClosedError,
     WalError,
-    WriteAheadLog,
     deserialize_batch,
     serialize_batch,
 )
 from wal.errors import CorruptRecordError, WalWriteError
-
-
-class MemoryLog(WriteAheadLog):
-    """An in-memory wrapped log that can block or fail on demand (unit tests only)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes, int]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.fail_with: Exception | None = None
-        self.closed = False
-
-    def write(self, record: bytes, time_ms: int) -> RecordHandle:
-        self.gate.wait()
-        if self.fail_with is not None:
-            raise self.fail_with
-        self.records.append((record, time_ms))
-        return RecordHandle("mem", 0, len(self.records) - 1)
-
-    def read(self, handle: RecordHandle) -> bytes:
-        return self.records[handle.offset][0]
-
-    def read_all(self) -> Iterator[bytes]:
-        return iter([r for r, _ in self.records])
-
-    def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
-        self.records = [(r, t) for r, t in self.records if t >= thresh_time_ms]
-
-    def close(self) -> None:
-        self.closed = True
+from walstream.testing import MemoryWAL
 
 
 def test_serialize_deserialize_round_trip() -> None:
@@ -77,7 +47,7 @@ def _start_writers(
 
 
 def test_groups_are_stamped_with_the_latest_time_and_read_back() -> None:
-    mem = MemoryLog()
+    mem = MemoryWAL()
     log = BatchedWriteAheadLog(mem)
     mem.gate.clear()  # hold the first group so the others queue up
     threads, results = _start_writers(log, [(b"a", 5), (b"b", 9), (b"c", 7), (b"d", 8)])
@@ -96,10 +66,11 @@ def test_groups_are_stamped_with_the_latest_time_and_read_back() -> None:
 
 
 def test_a_wrapped_failure_reaches_every_writer_of_the_group() -> None:
-    mem = MemoryLog()
+    mem = MemoryWAL()
     log = BatchedWriteAheadLog(mem)
     mem.gate.clear()
-    mem.fail_with = OSError("disk on fire")
+    mem.fail_writes = -1  # every write of the wrapped log fails
+    mem.fail_with = lambda: OSError("disk on fire")
     threads, results = _start_writers(log, [(f"r{i}".encode(), i) for i in range(6)])
     time.sleep(0.1)
     mem.gate.set()
@@ -114,7 +85,7 @@ def test_a_wrapped_failure_reaches_every_writer_of_the_group() -> None:
 
 
 def test_close_fails_what_is_still_queued() -> None:
-    mem = MemoryLog()
+    mem = MemoryWAL()
     log = BatchedWriteAheadLog(mem)
     mem.gate.clear()
     threads, results = _start_writers(log, [(f"q{i}".encode(), i) for i in range(5)])
