@@ -3,7 +3,8 @@
 Write protocol (each step before the next): (1) write ``.checkpoint-<ms>.tmp``,
 (2) fsync it, (3) rename it to ``checkpoint-<ms>``, (4) fsync the directory,
 (5) delete all but the newest ``keep`` checkpoints. A crash at any step leaves
-the previous checkpoints intact; the reader ignores temp files. Names carry the
+the previous checkpoints intact; the reader ignores temp files (docs/ARCHITECTURE.md,
+invariant 5: checkpoint before clean). Names carry the
 batch time, and the reader picks the newest *time*, so a late write of an older
 batch never hides a newer one (SPARK-11267 / SPARK-11740).
 

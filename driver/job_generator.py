@@ -4,14 +4,16 @@ An event loop (one thread, bounded queue) handles, as Spark's does:
 
 * ``GenerateJobs(t)``, posted by the recurring timer on every batch boundary:
   (1) allocate the received blocks to ``t`` in the tracker (logged first, so a
-  re-run of ``t`` after a crash gets the same blocks); (2) ask the graph for the
-  batch's jobs; (3) hand them to the JobScheduler; (4) post ``DoCheckpoint(t)``.
+  re-run of ``t`` after a crash gets the same blocks: docs/ARCHITECTURE.md,
+  invariant 6); (2) ask the graph for the batch's jobs; (3) hand them to the
+  JobScheduler; (4) post ``DoCheckpoint(t)``.
   Steps 2-4 wait while a generated batch is still waiting to start (at most
   ``LOOKAHEAD`` ahead of the running one; see below); step 1 never waits.
 * ``BatchCompleted(t)``, when all jobs of ``t`` finished: checkpoint again (now
   that ``t`` is done), and only after that checkpoint is durable clean the
   tracker's batches and the WALs older than what the graph must remember
-  (checkpoint before clean); without checkpointing, clean at once.
+  (checkpoint before clean, docs/ARCHITECTURE.md invariant 5); without
+  checkpointing, clean at once.
 
 A failed allocation write leaves the blocks queued for the next batch; the
 batch runs with what it was given (nothing).

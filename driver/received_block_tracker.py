@@ -1,6 +1,6 @@
 """ReceivedBlockTracker: which blocks are unallocated, which belong to which batch.
 
-Log-before-mutate protocol, for every change:
+Log-before-mutate protocol (docs/ARCHITECTURE.md, invariant 3), for every change:
 
 1. Build the event from the current state *without changing it*.
 2. Write the event to the driver WAL and wait until it is durable.
@@ -8,8 +8,9 @@ Log-before-mutate protocol, for every change:
    uses. If step 2 raises, the state is exactly as before (the fix for
    SPARK-23991, where a failed allocation write had already dequeued blocks).
 
-Replay (a tracker created over an existing WAL) applies every logged event with
-:meth:`_apply` in log order and ends in the state the dead tracker had. It is
+Replay (docs/ARCHITECTURE.md, invariant 4: a tracker created over an existing WAL)
+applies every logged event with :meth:`_apply` in log order and ends in the state
+the dead tracker had. It is
 exact and idempotent: a block added twice is kept once; an allocation takes
 exactly the blocks it names from the queues (SPARK-23438 cleared whole queues;
 SPARK-5233 mixed leftover blocks into new batches); an allocation logged again

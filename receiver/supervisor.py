@@ -1,6 +1,7 @@
 """ReceiverSupervisor: runs a receiver and turns its data into durable, reported blocks.
 
-Per block, in this order (store before report, report before source ack):
+Per block, in this order (store before report, report before source ack:
+docs/ARCHITECTURE.md, invariants 1 and 2):
 
 1. Write the encoded block to the receiver's Kafka WAL and wait for ``acks=all``,
    retrying a bounded number of times. If every try fails, raise

@@ -13,7 +13,8 @@ process, kills that process; it removes the file first, so one armed file
 fires exactly once across the driver and its workers (the chaos harness uses
 this: a point fault costs one restart instead of two).
 
-Names in use (each documented where it is placed):
+Names in use (each documented where it is placed; docs/ARCHITECTURE.md lists
+which invariant each one tests and the tests that arm it):
 
 * ``wal.between_chunks``                  -- a record above ``chunk_bytes`` torn: its
   first chunks acknowledged by the broker, the rest never produced (the WAL
