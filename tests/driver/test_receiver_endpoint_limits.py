@@ -24,7 +24,7 @@ from receiver.block_info import ReceivedBlockInfo
 from receiver.driver_client import DriverClient
 from wal import RecordHandle
 from walstream.rpc import messages as m
-from walstream.testing.memory_wal import MemoryWriteAheadLog
+from walstream.testing import MemoryWAL
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,8 +49,8 @@ OVER_LIMIT: dict[str, ReceivedBlockInfo] = {
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[LocalReceiverEndpoint, MemoryWriteAheadLog]]:
-    wal = MemoryWriteAheadLog()
+def endpoint() -> Iterator[tuple[LocalReceiverEndpoint, MemoryWAL]]:
+    wal = MemoryWAL()
     tracker = ReceivedBlockTracker([0], wal)
     ep = LocalReceiverEndpoint(tracker, [0])
     assert ep.register_receiver(0, "h", "e").accepted
@@ -60,7 +60,7 @@ def endpoint() -> Iterator[tuple[LocalReceiverEndpoint, MemoryWriteAheadLog]]:
 
 @pytest.mark.parametrize("case", list(OVER_LIMIT))
 def test_an_add_block_over_a_limit_is_refused_and_nothing_is_logged_or_kept(
-    case: str, endpoint: tuple[LocalReceiverEndpoint, MemoryWriteAheadLog]
+    case: str, endpoint: tuple[LocalReceiverEndpoint, MemoryWAL]
 ) -> None:
     ep, wal = endpoint
     with pytest.raises(DriverError, match="limit"):
@@ -73,8 +73,8 @@ def test_an_add_block_over_a_limit_is_refused_and_nothing_is_logged_or_kept(
 
 
 @pytest.fixture
-def rpc() -> Iterator[tuple[ReceiverTracker, MemoryWriteAheadLog, DriverClient]]:
-    wal = MemoryWriteAheadLog()
+def rpc() -> Iterator[tuple[ReceiverTracker, MemoryWAL, DriverClient]]:
+    wal = MemoryWAL()
     blocks = ReceivedBlockTracker([0], wal)
     tracker = ReceiverTracker(blocks, [0])
     client = DriverClient(tracker.address, timeout_s=20)
@@ -87,7 +87,7 @@ def rpc() -> Iterator[tuple[ReceiverTracker, MemoryWriteAheadLog, DriverClient]]
 
 @pytest.mark.parametrize("case", list(OVER_LIMIT))
 def test_an_add_block_over_a_limit_is_refused_over_grpc_with_the_limit_named(
-    case: str, rpc: tuple[ReceiverTracker, MemoryWriteAheadLog, DriverClient],
+    case: str, rpc: tuple[ReceiverTracker, MemoryWAL, DriverClient],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     tracker, wal, client = rpc
@@ -99,7 +99,7 @@ def test_an_add_block_over_a_limit_is_refused_over_grpc_with_the_limit_named(
 
 
 def test_a_block_report_of_500k_empty_ranges_is_refused_without_decoding_it(
-    rpc: tuple[ReceiverTracker, MemoryWriteAheadLog, DriverClient],
+    rpc: tuple[ReceiverTracker, MemoryWAL, DriverClient],
 ) -> None:
     tracker, wal, _ = rpc
     # ~1.9 MB on the wire; decoded in full it takes well over 100 MB of Python objects.
@@ -123,7 +123,7 @@ def test_a_block_report_of_500k_empty_ranges_is_refused_without_decoding_it(
 
 
 def test_report_strings_over_the_limit_are_truncated_before_they_are_kept_or_logged(
-    endpoint: tuple[LocalReceiverEndpoint, MemoryWriteAheadLog],
+    endpoint: tuple[LocalReceiverEndpoint, MemoryWAL],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     ep, _ = endpoint
@@ -142,7 +142,7 @@ def test_report_strings_over_the_limit_are_truncated_before_they_are_kept_or_log
 
 
 def test_grpc_server_carries_the_lowered_message_limit_and_max_concurrent_rpcs(
-    rpc: tuple[ReceiverTracker, MemoryWriteAheadLog, DriverClient],
+    rpc: tuple[ReceiverTracker, MemoryWAL, DriverClient],
 ) -> None:
     tracker, wal, _ = rpc
     options = dict(tracker.server_options)
