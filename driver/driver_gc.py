@@ -6,9 +6,8 @@ only once the driver JVM has garbage-collected the objects that named them
 OS only after a full collection. A streaming driver makes a shuffle every batch but
 holds little live data, so its old generation is rarely collected; Spark's own
 safety net is a ``System.gc()`` every ``spark.cleaner.periodicGC.interval`` (30
-minutes by default). In this project's 30-minute soak (bench/RESULTS-soak.md, git
-d6a0ec5) the driver JVM's RSS rose 42%, from 457 to 647 MiB, while its live heap
-stayed ~60 MiB; the full GC at the end brought it back to 425 MiB.
+minutes by default), long enough for the driver JVM's memory to grow by a large
+fraction between two collections (docs/decisions/driver-periodic-gc.md).
 
 So a started StreamingContext asks its driver JVM for a full GC (``System.gc()``
 through Py4J) every ``spark.walstream.driver.periodicGC.interval`` (default
