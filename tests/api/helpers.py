@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from driver import DStream, StreamingContext, StreamingListener
+from walstream.testing import wait_until
 
-# Every wait below is bounded by this (seconds) unless a test passes its own.
+# Every wait of these tests (walstream.testing.wait_until) is bounded by this (seconds)
+# unless a test passes its own.
 TIMEOUT = 60.0
 BATCH = 0.5  # seconds: the batch interval of the ``ssc`` fixture
-
-
-def wait_until(cond: Callable[[], bool], what: str, timeout: float = TIMEOUT,
-               ssc: StreamingContext | None = None) -> None:
-    """Poll ``cond``; with ``ssc`` (started), a failed job's error is raised at once."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        if ssc is not None:
-            ssc.awaitTerminationOrTimeout(0.05)
-        else:
-            time.sleep(0.05)
 
 
 def collect(ssc: StreamingContext, dstream: DStream, n: int, block: bool = True,
@@ -46,7 +34,7 @@ def collect(ssc: StreamingContext, dstream: DStream, n: int, block: bool = True,
         return result
     ssc.start()
     try:
-        wait_until(lambda: len(result) >= n, f"{n} batches of output", timeout, ssc)
+        wait_until(lambda: len(result) >= n, timeout, f"{n} batches of output", ssc=ssc)
     finally:
         ssc.stop(stopSparkContext=False)
     return result[:n]
@@ -64,7 +52,7 @@ def take(ssc: StreamingContext, dstream: DStream, n: int,
     dstream.foreachRDD(take_some)
     ssc.start()
     try:
-        wait_until(lambda: len(results) >= n, f"{n} records", timeout, ssc)
+        wait_until(lambda: len(results) >= n, timeout, f"{n} records", ssc=ssc)
     finally:
         ssc.stop(stopSparkContext=False)
     return results[:n]

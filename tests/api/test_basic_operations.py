@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from driver import DStream, StreamingContext
-from tests.api.helpers import collect, run_func, wait_until
+from tests.api.helpers import TIMEOUT, collect, run_func
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -173,7 +174,7 @@ def test_pair_operations_honour_num_partitions(ssc: StreamingContext) -> None:
     for name, stream in ops.items():
         stream.foreachRDD(record(name))
     ssc.start()
-    wait_until(lambda: len(got) == len(ops), "one batch of every operation", ssc=ssc)
+    wait_until(lambda: len(got) == len(ops), TIMEOUT, "one batch of every operation", ssc=ssc)
     ssc.stop(False)
     assert got["reduceByKey"] == (3, [(k, k) for k in range(8)])
     assert got["groupByKey"] == (4, [(k, [k]) for k in range(8)])
@@ -277,7 +278,7 @@ def test_foreach_rdd_with_rdd_only_and_with_time(ssc: StreamingContext) -> None:
     stream.foreachRDD(lambda rdd: counts.append(rdd.count()))
     stream.foreachRDD(lambda t, rdd: timed.append((t, rdd.collect())))
     ssc.start()
-    wait_until(lambda: len(timed) >= 3 and len(counts) >= 3, "3 batches", ssc=ssc)
+    wait_until(lambda: len(timed) >= 3 and len(counts) >= 3, TIMEOUT, "3 batches", ssc=ssc)
     ssc.stop(False)
     assert counts[:3] == [2, 1, 3]
     assert [r for _, r in timed[:3]] == [[1, 2], [3], [4, 5, 6]]
@@ -317,7 +318,7 @@ def test_pprint(ssc: StreamingContext) -> None:
         stream.map(lambda x: f"<{x}>").pprint(num=1)
         stream.foreachRDD(lambda t, rdd: done.append(t))
         ssc.start()
-        wait_until(lambda: len(done) >= 4, "4 batches", ssc=ssc)
+        wait_until(lambda: len(done) >= 4, TIMEOUT, "4 batches", ssc=ssc)
         ssc.stop(False)
     blocks = _pprint_blocks(buf.getvalue())
     assert len(blocks) >= 8
@@ -355,7 +356,7 @@ def test_slice(make_ssc: Callable[..., StreamingContext]) -> None:
     stream.foreachRDD(get_times)
     ssc.start()
     try:
-        wait_until(lambda: len(time_vals) >= 4, "4 batches", ssc=ssc)
+        wait_until(lambda: len(time_vals) >= 4, TIMEOUT, "4 batches", ssc=ssc)
         begin_time = time_vals[0]
 
         def get_sliced(begin_delta: float, end_delta: float) -> set[int]:
@@ -409,7 +410,7 @@ def test_save_as_text_files(ssc: StreamingContext, tmp_path: Any) -> None:
         with open(os.path.join(stale, "part-00000"), "w") as f:
             f.write("stale\n")
     ssc.start()
-    wait_until(lambda: len(times) >= 3, "3 batches", ssc=ssc)
+    wait_until(lambda: len(times) >= 3, TIMEOUT, "3 batches", ssc=ssc)
     ssc.stop(False)
     for t, expected in zip(times[:3], inputs, strict=True):
         path = _file_name(prefix, None, t)

@@ -53,14 +53,15 @@ def test_keys_and_values_by_function(sc: Any, bootstrap: str,
 
 def test_foreach_rdd_output_of_a_stream(make_ssc: Callable[..., Any], bootstrap: str,
                                         topic_factory: Callable[..., str]) -> None:
-    from tests.api.helpers import wait_until
+    from tests.api.helpers import TIMEOUT
+    from walstream.testing import wait_until
 
     topic = topic_factory("sink-stream")
     ssc = make_ssc(0.5)
     rdds = [ssc.sparkContext.parallelize(range(10 * i, 10 * i + 10), 2) for i in range(3)]
     ssc.queueStream(rdds).map(str).foreachRDD(KafkaSink(bootstrap, topic))
     ssc.start()
-    wait_until(lambda: len(list(read_exactly_once(bootstrap, topic))) == 30, "30 records",
-               ssc=ssc)
+    wait_until(lambda: len(list(read_exactly_once(bootstrap, topic))) == 30,
+               TIMEOUT, "30 records", ssc=ssc)
     ssc.stop(False)
     assert sorted(int(v) for _, _, v in read_exactly_once(bootstrap, topic)) == list(range(30))

@@ -7,7 +7,8 @@ import itertools
 import pytest
 
 from driver import StreamingContext
-from tests.api.helpers import BATCH, BatchInfoCollector, add_input_stream, collect, wait_until
+from tests.api.helpers import BATCH, TIMEOUT, BatchInfoCollector, add_input_stream, collect
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -19,7 +20,7 @@ def test_batch_info_reports(ssc: StreamingContext) -> None:
     result = collect(ssc, stream, 4, block=False)
     ssc.start()
     wait_until(lambda: len(collector.batchInfosCompleted) >= 4 and len(result) >= 4,
-               "4 completed batches", ssc=ssc)
+               TIMEOUT, "4 completed batches", ssc=ssc)
     ssc.stop(False)  # delivers the queued events
     assert result == [[1], [2], [3], [4]]
     assert len(collector.streamingStarted) == 1
@@ -67,7 +68,7 @@ def test_batch_info_accessors_have_pyspark_shapes(ssc: StreamingContext) -> None
     ssc.addStreamingListener(collector)
     add_input_stream(ssc)
     ssc.start()
-    wait_until(lambda: len(collector.batchInfosCompleted) >= 1, "a batch", ssc=ssc)
+    wait_until(lambda: len(collector.batchInfosCompleted) >= 1, TIMEOUT, "a batch", ssc=ssc)
     ssc.stop(False)
     submitted = collector.batchInfosSubmitted[0]
     assert submitted.schedulingDelay() == -1  # PySpark's StreamingListenerTests
@@ -86,5 +87,5 @@ def test_listener_added_after_start_hears_later_batches(ssc: StreamingContext) -
     ssc.start()
     collector = BatchInfoCollector()
     ssc.addStreamingListener(collector)
-    wait_until(lambda: len(collector.batchInfosCompleted) >= 2, "2 batches", ssc=ssc)
+    wait_until(lambda: len(collector.batchInfosCompleted) >= 2, TIMEOUT, "2 batches", ssc=ssc)
     ssc.stop(False)

@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Producer
 
 from driver import KafkaUtils, StreamingContext
-from tests.api.helpers import TIMEOUT, BatchInfoCollector, wait_until
+from tests.api.helpers import TIMEOUT, BatchInfoCollector
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -85,9 +86,9 @@ def _run_word_count(ssc: StreamingContext, counts_stream: Any, expected: Counter
     ssc.start()
     try:
         wait_until(lambda: sum(totals.values()) >= sum(expected.values()),
-                   f"{sum(expected.values())} words counted", timeout, ssc)
+                   timeout, f"{sum(expected.values())} words counted", ssc=ssc)
         seen = len(batches)
-        wait_until(lambda: len(batches) >= seen + 2, "2 more batches", TIMEOUT, ssc)
+        wait_until(lambda: len(batches) >= seen + 2, TIMEOUT, "2 more batches", ssc=ssc)
     finally:
         ssc.stop(False)
     return totals

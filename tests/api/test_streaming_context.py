@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from driver import StreamingContext
-from tests.api.helpers import BATCH, TIMEOUT, add_input_stream, collect, take, wait_until
+from tests.api.helpers import BATCH, TIMEOUT, add_input_stream, collect, take
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -125,7 +126,7 @@ def test_only_one_active_context(make_ssc: Callable[..., StreamingContext]) -> N
     # The refused one was not started, so it still can be.
     second.start()
     assert StreamingContext.getActive() is second
-    wait_until(lambda: len(result) >= 1, "a batch of the second context", ssc=second)
+    wait_until(lambda: len(result) >= 1, TIMEOUT, "a batch of the second context", ssc=second)
     second.stop(False)
 
 
@@ -240,7 +241,7 @@ def test_queue_stream_all_at_once(ssc: StreamingContext) -> None:
     got: list[list[int]] = []
     ssc.queueStream(inputs, oneAtATime=False).foreachRDD(lambda rdd: got.append(rdd.collect()))
     ssc.start()
-    wait_until(lambda: len(got) >= 3, "3 batches", ssc=ssc)
+    wait_until(lambda: len(got) >= 3, TIMEOUT, "3 batches", ssc=ssc)
     ssc.stop(False)
     assert got[0] == [1, 2, 3, 4, 5]
     assert got[1:3] == [[], []]
@@ -308,7 +309,7 @@ def test_text_file_stream(ssc: StreamingContext, tmp_path: Any) -> None:
     for name in ("a", "b"):
         time.sleep(1)
         _write_atomically(d, name, "".join(f"{i}\n" for i in range(10)).encode())
-    wait_until(lambda: len(result) >= 2, "2 files read", ssc=ssc)
+    wait_until(lambda: len(result) >= 2, TIMEOUT, "2 files read", ssc=ssc)
     ssc.stop(False)
     assert result[:2] == [list(range(10)), list(range(10))]
 
@@ -321,7 +322,7 @@ def test_binary_records_stream(ssc: StreamingContext, tmp_path: Any) -> None:
     for name in ("a", "b"):
         time.sleep(1)
         _write_atomically(d, name, bytes(range(10)) + bytes(range(10, 20)))
-    wait_until(lambda: len(result) >= 2, "2 files read", ssc=ssc)
+    wait_until(lambda: len(result) >= 2, TIMEOUT, "2 files read", ssc=ssc)
     ssc.stop(False)
     expected = [tuple(range(10)), tuple(range(10, 20))]
     assert result[:2] == [expected, expected]
@@ -375,7 +376,7 @@ def test_get_or_create_without_checkpoint_calls_setup(make_ssc: Callable[..., St
             d = ssc.sparkContext.textFile(p).map(lambda line: int(line.split(",")[1])).collect()
             return len(d) == 10 and set(d) == {n}
 
-        wait_until(counted, f"every word counted {n} times", ssc=ssc)
+        wait_until(counted, TIMEOUT, f"every word counted {n} times", ssc=ssc)
 
     check_output(1)
     check_output(2)
@@ -436,7 +437,7 @@ def test_file_stream_after_restart_reads_only_new_files(
     # Read in the first or second batch, so the restart below still has the first
     # batch's list and its threshold (first batch - slide) is older than that file.
     _write_atomically(inputd, "a", b"1\n2\n")
-    wait_until(lambda: values() == [1, 2], "file a read", ssc=ssc)
+    wait_until(lambda: values() == [1, 2], TIMEOUT, "file a read", ssc=ssc)
     ssc.stop(False)
     _write_atomically(inputd, "b-while-down", b"3\n")
 
@@ -444,10 +445,10 @@ def test_file_stream_after_restart_reads_only_new_files(
     assert calls == [1], "restored from the checkpoint's graph: setupFunc is not called"
     ssc.start()
     try:
-        wait_until(lambda: 3 in values(), "the file written while down read", ssc=ssc)
+        wait_until(lambda: 3 in values(), TIMEOUT, "the file written while down read", ssc=ssc)
         time.sleep(1)
         _write_atomically(inputd, "c", b"4\n")
-        wait_until(lambda: 4 in values(), "a new file read", ssc=ssc)
+        wait_until(lambda: 4 in values(), TIMEOUT, "a new file read", ssc=ssc)
         time.sleep(3 * BATCH)
     finally:
         ssc.stop(False)

@@ -13,7 +13,8 @@ import pytest
 from driver import KafkaUtils, StreamingContext
 from driver.direct_stream import DirectKafkaInputDStream
 from driver.errors import JobFailedError
-from tests.api.helpers import wait_until
+from tests.api.helpers import TIMEOUT
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -38,7 +39,8 @@ def test_direct_stream_probe_failing_stops_context_and_await_termination_raises_
     with pytest.raises(TimeoutError, match="no answer reading the end") as err:
         ssc.awaitTermination(60)  # the original error, as Spark's awaitTermination
     assert any(note.startswith("Error preparing batch") for note in err.value.__notes__)
-    wait_until(lambda: ssc._state == "stopped", "the context stopped after the error")
+    wait_until(lambda: ssc._state == "stopped",
+               TIMEOUT, "the context stopped after the error", poll_s=0.05)
     assert StreamingContext.getActive() is None
     assert ran == []  # no batch ran past the one that could not be prepared
     assert len(calls) == 4  # the first attempt and the 3 default retries
@@ -90,9 +92,11 @@ def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
     # Later batches complete, are checkpointed and cleaned up after (well past t).
     wait_until(lambda: any(i.batchTime() > t + 4 * batch_ms and i.batchTime() not in
                            engine.scheduler.failed_times()
-                           for i in engine.scheduler.completed), "later batches")
+                           for i in engine.scheduler.completed),
+               TIMEOUT, "later batches", poll_s=0.05)
     wait_until(lambda: (c := read_latest(cpd)) is not None
-               and c.checkpoint_time_ms > t + 4 * batch_ms, "a later checkpoint")
+               and c.checkpoint_time_ms > t + 4 * batch_ms,
+               TIMEOUT, "a later checkpoint", poll_s=0.05)
     latest = read_latest(cpd)
     assert latest is not None
     assert t in latest.pending_times_ms, "a restart would not re-run the failed batch"
@@ -128,7 +132,7 @@ def test_graceful_stop_of_checkpointed_context_logs_last_cleanup_without_errors(
     ssc.start()
     engine = ssc._engine
     assert engine is not None
-    wait_until(lambda: len(engine.scheduler.completed) >= 3, "three batches", ssc=ssc)
+    wait_until(lambda: len(engine.scheduler.completed) >= 3, TIMEOUT, "three batches", ssc=ssc)
     app_id, batch_ms = engine.config.app_id, engine.config.batch_interval_ms
     capsys.readouterr()
     caplog.clear()
