@@ -1,13 +1,13 @@
 """PySpark's Python worker daemon, with the worker-side modules imported before it forks.
 
 Why: PySpark starts one daemon per executor and forks a worker from it for every
-Python task slot; each forked worker then imports ``pyspark.worker`` (~0.2 s) and,
-on its first task here, this project's modules (``driver.block_rdd`` for a batch's
-blocks, ``receiver.task`` for a receiver: ~0.25 s more). A restarted driver starts
-a new executor, so every one of its workers pays that at once -- with ten
-receivers and three task slots, ~13 workers importing the same modules in
-parallel on two cores, seconds of CPU on the way to the first batch. Imported
-once in the daemon, the modules reach each fork already loaded (copy on write).
+Python task slot; each forked worker then imports ``pyspark.worker`` and, on its
+first task here, this project's modules (``driver.block_rdd`` for a batch's
+blocks, ``receiver.task`` for a receiver, with gRPC, confluent-kafka and fastavro).
+A restarted driver starts a new executor, so every one of its workers pays that at
+once, on the way to the first batch. Imported once in the daemon, the modules reach
+each fork already loaded (copy on write). What it saves is measured in
+docs/decisions/preloading-worker-daemon.md.
 
 PySpark imports the worker module only after the fork because some libraries
 (pandas, pyarrow) start threads when imported, and a process must not fork while
