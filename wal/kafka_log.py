@@ -47,7 +47,7 @@ from wal.errors import (
 )
 from wal.framing import encode_record
 from wal.handle import RecordHandle
-from wal.reader import CorruptHandler, WalReader
+from wal.reader import CorruptHandler, WalReader, release_topics
 from wal.segments import Segment
 from walstream import killpoints
 from walstream.kafka_logging import with_logger
@@ -331,6 +331,12 @@ class KafkaWriteAheadLog(WriteAheadLog):
         self._check_open()
         if handle.index != -1:
             raise WalError("handle has a batch index: read it through BatchedWriteAheadLog")
+        segs, _ = segments.parse_topics([handle.topic], self.config.topic_prefix, self.name)
+        if segs and segs[0].end_ms <= self._threshold_ms:
+            # Every record of the segment is older than the threshold, and a clean
+            # deletes the segment: answered here, never fetching a deleted topic.
+            raise RecordNotFoundError(f"{handle}: cleaned (its segment ends at "
+                                      f"{segs[0].end_ms} <= {self._threshold_ms})")
         record, ts = self._reader.read(handle)
         if ts < self._threshold_ms:
             raise RecordNotFoundError(f"{handle}: cleaned (older than {self._threshold_ms})")
@@ -399,6 +405,9 @@ class KafkaWriteAheadLog(WriteAheadLog):
         newest = max([thresh, *markers])
         doomed += [t for m, t in markers.items() if m < newest]
         if doomed:
+            # No consumer of this process may know a topic as it is deleted: librdkafka
+            # crashes on the broker's answer to its Fetch (see release_topics).
+            release_topics(doomed)
             futures = self._admin_client().delete_topics(doomed, operation_timeout=timeout)
             for topic, f in futures.items():
                 try:

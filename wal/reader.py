@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -102,6 +103,33 @@ def _at_high_watermark(consumer: Consumer, topic: str, partition: int, offset: i
     return high is not None and high > 0 and offset + 1 >= high
 
 
+# Every WalReader of this process, for release_topics.
+_READERS: weakref.WeakSet[WalReader] = weakref.WeakSet()
+_READERS_LOCK = threading.Lock()
+
+
+def release_topics(topics: Iterable[str]) -> None:
+    """Close this process's reader consumers that fetched any of ``topics``.
+
+    Call it before deleting the topics.
+
+    librdkafka (2.16) crashes the process (SIGSEGV in rd_kafka_metadata_cache_find)
+    when a Fetch response for a deleted topic comes back without a topic id but
+    with a current-leader tag, as Tansu answers. A consumer gets such an answer
+    when a Fetch for the topic is in flight as it is deleted (librdkafka sends the
+    next Fetch right after delivering a record, and unassign() does not cancel
+    it), and whenever it is assigned the topic again afterwards, since it keeps
+    the topic's old metadata. Closing the consumer drops both; a consumer created
+    after the deletion finds no such topic and sends no Fetch for it. Each
+    reader's lock is taken, so a read in progress finishes first.
+    """
+    doomed = set(topics)
+    with _READERS_LOCK:
+        readers = list(_READERS)
+    for reader in readers:
+        reader.release(doomed)
+
+
 def default_corrupt_handler(err: CorruptRecordError) -> None:
     log.warning("WAL: skipping a corrupt or foreign record: %s", err)
 
@@ -129,7 +157,10 @@ class WalReader:
         self._cluster = bootstrap_servers
         self._consumer: Consumer | None = None  # short fetch wait
         self._slow_consumer: Consumer | None = None  # normal fetch wait
+        self._fetched: set[str] = set()  # topics assigned since the consumers were created
         self._lock = threading.Lock()
+        with _READERS_LOCK:
+            _READERS.add(self)
 
     def _get_consumer(self, slow: bool) -> Consumer:
         if slow and self._slow_consumer is None:
@@ -142,10 +173,24 @@ class WalReader:
 
     def close(self) -> None:
         with self._lock:
-            for consumer in (self._consumer, self._slow_consumer):
-                if consumer is not None:
-                    consumer.close()
-            self._consumer = self._slow_consumer = None
+            self._close_consumers()
+
+    def release(self, topics: set[str]) -> None:
+        """Close the consumers if they fetched any of ``topics`` (see :func:`release_topics`).
+
+        The next read creates new ones, so this costs a consumer start after a
+        clean, not one per read.
+        """
+        with self._lock:  # no read of this reader is running while its consumers close
+            if not self._fetched.isdisjoint(topics):
+                self._close_consumers()
+
+    def _close_consumers(self) -> None:
+        for consumer in (self._consumer, self._slow_consumer):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._slow_consumer = None
+        self._fetched.clear()
 
     def read(self, handle: RecordHandle) -> tuple[bytes, int]:
         """Return ``(record bytes, record time ms)`` stored at ``handle``.
@@ -178,6 +223,7 @@ class WalReader:
               give_up: float) -> tuple[bytes, int] | None:
         """One attempt; None when ``give_up`` passed without the whole record."""
         consumer = self._get_consumer(slow)
+        self._fetched.add(handle.topic)
         consumer.assign([TopicPartition(handle.topic, handle.partition, handle.offset)])
         try:
             asm = Reassembler()
