@@ -38,9 +38,10 @@ _PAIR_SCHEMA = fastavro.parse_schema(
 
 # Avro binary of one branch of the union ["null", "bytes", "string"]: the branch
 # index as a zig-zag varint (0, 2, 4), then a zig-zag varint length and the bytes.
-# Hand-written because it runs once per received record (fastavro's writer costs
-# several microseconds per call); tests/receiver/test_items.py checks it is
-# byte-identical to fastavro's encoding of _PAIR_SCHEMA.
+# Hand-written because it runs once per received record and fastavro's writer has a
+# fixed cost per call (docs/decisions/hand-laid-avro-encoders.md);
+# tests/receiver/test_items.py checks it is byte-identical to fastavro's encoding of
+# _PAIR_SCHEMA.
 
 def _pair_branch(x: bytes | str | None) -> bytes:
     if x is None:
@@ -90,7 +91,7 @@ _PAIR_PART = (bytes, str)
 
 def encode_item(item: Any) -> bytes:
     # Runs once per received record: plain isinstance with type tuples and no
-    # generator (the generic pair check with all(...) cost ~5 us per record).
+    # generator, which a generic pair check with all(...) would create per record.
     if isinstance(item, _BYTES_LIKE):
         return b"b" + bytes(item)
     if isinstance(item, str):

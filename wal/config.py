@@ -31,7 +31,8 @@ class KafkaWalConfig:
     * ``producer_config`` / ``consumer_config``: extra librdkafka settings; the
       durability settings (acks, idempotence) cannot be overridden.
     * ``linger_ms``: 0 by default: ``write`` blocks for its acknowledgement, so
-      waiting to fill a batch only adds latency (2 ms cost 3x throughput at 64 KiB).
+      waiting to fill a batch only adds latency
+      (docs/decisions/wal-producer-setup.md).
     * ``strict``: ``read_all`` raises on a corrupt record instead of reporting
       and skipping it.
     """

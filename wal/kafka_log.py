@@ -288,8 +288,8 @@ class KafkaWriteAheadLog(WriteAheadLog):
         if self._producer is None:
             # Start the producer before the first segment topic exists: its broker
             # connection and producer id are then set up while the topic is being
-            # created. Created after the topic, the first write took 0.5-1 s more
-            # on the embedded broker (measured; a receiver's first block waits on it).
+            # created, not after it, and a receiver's first block waits on this write
+            # (docs/decisions/wal-producer-setup.md).
             with self._produce_lock:
                 self._check_open()  # a close() since the check above released the clients
                 self._producer_client()
@@ -437,7 +437,8 @@ class KafkaWriteAheadLog(WriteAheadLog):
             self._cleaner.shutdown(wait=True)
             self._reader.close()
             # Release the librdkafka clients now rather than when this object is
-            # collected: a closed WAL kept reconnecting to a broker that had gone.
+            # collected: until then a closed WAL's clients would keep reconnecting to
+            # a broker that has gone.
             # Safe: writes check _closed first, and the poller and cleaner are done.
             with self._produce_lock:
                 self._producer = None

@@ -27,14 +27,15 @@ log = logging.getLogger(__name__)
 FETCH_WAIT_MS = 500
 # Reads by handle: after delivering a record librdkafka at once sends the next Fetch
 # (at the end of the log), which the broker holds for fetch.wait.max.ms; the next
-# read's Fetch queues behind it, so every read cost that wait (500 ms per block,
-# measured). A handle names a record that exists, so a short wait is safe: an empty
-# answer (or a false end of partition from the s3:// engine) is just polled again.
+# read's Fetch queues behind it, so with the default wait every read would pay it.
+# A handle names a record that exists, so a short wait is safe: an empty answer (or a
+# false end of partition from the s3:// engine) is just polled again
+# (docs/decisions/wal-read-fetch-waits.md).
 READ_FETCH_WAIT_MS = 10
 # How long an end of partition must persist before read() calls a handle beyond the end.
 EOF_CONFIRM_S = 1.0
-# Tansu's s3:// engine answers such short Fetches with nothing while the segment is
-# being written to (the chaos run's block reads timed out after 60 s): a read that
+# Tansu's s3:// engine answers such short Fetches with nothing for as long as the
+# segment is being written to, so a read could wait until its timeout: a read that
 # gets nothing within this bound goes on with fetch.wait.max.ms = FETCH_WAIT_MS, and
 # this process keeps doing so for that cluster.
 FAST_READ_GIVE_UP_S = 1.0
@@ -62,10 +63,10 @@ def consumer_config(bootstrap_servers: str, extra: dict[str, Any] | None = None)
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",  # a cleaned offset must fail, not jump
-        # Not lower: Tansu's s3:// engine answers a Fetch that waits under ~10 ms
-        # with no records while the partition is being written to, and the
-        # reader then never reaches the end; under load (moto is Python) a fetch
-        # can take longer than 100 ms, so librdkafka's default 500 ms.
+        # librdkafka's default. Not shorter: Tansu's s3:// engine answers a short
+        # Fetch wait with no records while the partition is being written to, and
+        # the reader then never reaches the end; under load (moto is Python) a
+        # fetch outlasts a short wait (docs/decisions/wal-read-fetch-waits.md).
         "fetch.wait.max.ms": FETCH_WAIT_MS,
         "socket.connection.setup.timeout.ms": 10_000,
         "topic.metadata.refresh.interval.ms": 5_000,
@@ -93,7 +94,7 @@ def _at_high_watermark(consumer: Consumer, topic: str, partition: int, offset: i
     The Fetch response's high watermark is right on every broker tried (unlike
     ListOffsets' on Tansu), and it is as good an end as the EOF event, which is
     a snapshot too; but the EOF only comes from one more Fetch, which the broker
-    holds for fetch.wait.max.ms (500 ms per segment, a third of a replay).
+    holds for fetch.wait.max.ms, once per segment of a replay.
     """
     try:
         _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
@@ -301,8 +302,8 @@ class WalReader:
         try:
             # From offset 0, not OFFSET_BEGINNING: segment topics are never trimmed
             # from the front (a clean deletes them whole), and resolving "beginning"
-            # cost a ListOffsets wait of about fetch.wait.max.ms per segment (500 ms,
-            # measured: a third of a driver's replay). A log whose head was trimmed
+            # costs a ListOffsets wait of about fetch.wait.max.ms per segment
+            # (docs/decisions/wal-read-fetch-waits.md). A log whose head was trimmed
             # anyway (retention on a real cluster) falls back to the beginning below.
             consumer.assign([TopicPartition(topic, partition, 0)])
             from_zero = True
