@@ -131,8 +131,8 @@ class DirectKafkaInputDStream(DStream):
         return self._consumer
 
     def close(self) -> None:
-        """Close the driver's probe consumer (the context stopped). Left open, it kept
-        following the topics' metadata after the stop and leaked its threads."""
+        """Close the driver's probe consumer (the context stopped). Left open, it would
+        keep following the topics' metadata after the stop, holding its threads."""
         self._closed = True  # a batch still probing stops at its next partition
         # A probe holds the lock for at most one poll (10 s) per partition.
         if not self._lock.acquire(timeout=60):

@@ -2,18 +2,23 @@
 
 An event loop (one thread, bounded queue) handles, as Spark's does:
 
-* ``GenerateJobs(t)``, posted by the recurring timer on every batch boundary:
+* ``generate`` ``t``, posted by the recurring timer on every batch boundary:
   (1) allocate the received blocks to ``t`` in the tracker (logged first, so a
   re-run of ``t`` after a crash gets the same blocks: docs/ARCHITECTURE.md,
   invariant 6); (2) ask the graph for the batch's jobs; (3) hand them to the
-  JobScheduler; (4) post ``DoCheckpoint(t)``.
+  JobScheduler; (4) write a checkpoint through ``checkpointer(t, None)``.
   Steps 2-4 wait while a generated batch is still waiting to start (at most
   ``LOOKAHEAD`` ahead of the running one; see below); step 1 never waits.
-* ``BatchCompleted(t)``, when all jobs of ``t`` finished: checkpoint again (now
+* ``regenerate`` ``t``, posted by :meth:`JobGenerator.start` for each time
+  :meth:`JobGenerator.resubmit` was given: steps 1-3 only (the restored
+  checkpoint already makes ``t`` re-run).
+* ``completed`` ``t``, when all jobs of ``t`` finished: checkpoint again (now
   that ``t`` is done), and only after that checkpoint is durable clean the
   tracker's batches and the WALs older than what the graph must remember
   (checkpoint before clean, docs/ARCHITECTURE.md invariant 5); without
   checkpointing, clean at once.
+* ``when_drained`` (a graceful stop: run a callback once no batch is deferred)
+  and ``stop``.
 
 A failed allocation write leaves the blocks queued for the next batch; the
 batch runs with what it was given (nothing).
@@ -33,11 +38,11 @@ Every other failure of the event loop is reported to the scheduler the same way
 (Spark's EventLoop.onError -> JobScheduler.reportError), never only logged.
 
 Why jobs are generated at most ``LOOKAHEAD`` batches ahead (Spark generates every
-batch at its time): building a batch's jobs costs the Python driver ~30 ms of
-Py4J calls. A restart resubmits every pending batch at once (100 of them after a
-backlog of 1,000 blocks), and generating them all then took ~3 s of the driver
-and the JVM while the first recovered batch was running on the same cores. The
-allocation (step 1) still happens in time order at once, so each batch holds the
+batch at its time): building a batch's jobs costs the Python driver Py4J round
+trips for every DStream of the graph. A restart resubmits every pending batch at
+once, and generating them all then would compete with the first recovered batch
+for the driver, the JVM and the cores (docs/decisions/one-batch-ahead-job-generator.md).
+The allocation (step 1) still happens in time order at once, so each batch holds the
 blocks it would have held; the deferred batches are listed as pending by
 :meth:`pending_times` (the checkpoint's pending list), and their allocations are
 logged, so a crash before they are generated re-runs them (the restart resubmits
@@ -81,7 +86,7 @@ LOOKAHEAD = 1
 #: is generated while the current one runs, so this adds no delay while busy).
 DEFER_POLL_S = 0.02
 #: After a graceful stop's timeout, how long building the batches still deferred may
-#: take (each ~30 ms of Py4J calls).
+#: take (each costs Py4J round trips per DStream).
 LAST_FLUSH_S = 60.0
 Checkpointer = Callable[[int, Callable[[], None] | None], None]
 #: Retries of a failing ``before_allocate`` and the first wait between them (doubling).
@@ -318,7 +323,9 @@ class JobGenerator:
             # A resubmitted time skips this checkpoint: the restored checkpoint already
             # makes it re-run (pending, or after its time), and every later checkpoint
             # is written after t was submitted, so lists it as pending until it
-            # completes. Writing ~100 of them at once slowed the first recovered batch.
+            # completes. Skipping it keeps a restart's backlog of resubmitted times
+            # from writing a checkpoint each while the first recovered batch runs
+            # (docs/decisions/one-batch-ahead-job-generator.md).
             self.checkpointer(t, None)
         self.last_generated_ms = t
 
