@@ -1,11 +1,11 @@
 """A class-data-sharing (AppCDS) archive of the Spark driver JVM's classes.
 
 Why: a driver restarted after a SIGKILL spends most of the time before its first
-batch starting Spark's JVM, and most of that is loading and verifying the ~10,000
-classes Spark's jars hold. Java 13+ can map them from an archive written by an
-earlier run instead (``-XX:SharedArchiveFile``). Measured on this project's 2-core
-machine: SparkContext ready 3.2 s -> 1.7 s, restart to the first batch ~1.3 s
-sooner. Spark's own streaming has nothing like it.
+batch starting Spark's JVM, and most of that is loading and verifying the
+thousands of classes Spark's jars hold. Java 13+ can map them from an archive written by an
+earlier run instead (``-XX:SharedArchiveFile``), which takes most of that time off
+the start of a SparkContext (docs/decisions/driver-jvm-class-archive.md). Spark's
+own streaming has nothing like it.
 
 The protocol, followed step by step below:
 

@@ -6,7 +6,7 @@ first task here, this project's modules (``driver.block_rdd`` for a batch's
 blocks, ``receiver.task`` for a receiver, with gRPC, confluent-kafka and fastavro).
 A restarted driver starts a new executor, so every one of its workers pays that at
 once, on the way to the first batch. Imported once in the daemon, the modules reach
-each fork already loaded (copy on write). What it saves is measured in
+each fork already loaded (copy on write). The evidence for it is in
 docs/decisions/preloading-worker-daemon.md.
 
 PySpark imports the worker module only after the fork because some libraries

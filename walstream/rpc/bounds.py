@@ -1,14 +1,16 @@
 """A bounds check of Avro binary against its schema, run before anything is decoded.
 
-fastavro materialises a whole message: a 2 MB body holding half a million empty
-records becomes well over 100 MB of Python objects before any code can look at
-it. :func:`check_bounds` walks the bytes instead, holding nothing, and refuses a
-body whose arrays hold more items, or whose strings hold more bytes, than the
-:class:`Bounds` allow, or that is truncated or malformed (a varint longer than
-ten bytes, a negative length, a boolean other than 0 or 1, an enum or union
-index out of range, an int out of the 32-bit range). It costs time linear in the
-bytes it accepts, and stops at the first bound crossed, so a refusal costs no
-more than the bound. Only what is scanned can then be decoded by fastavro.
+fastavro materialises a whole message, one Python object per array item however
+few bytes the item takes on the wire, so a small body of empty records becomes many
+times its size in memory before any code can look at it
+(docs/decisions/rpc-bounds-before-decoding.md). :func:`check_bounds` walks the
+bytes instead, holding nothing, and refuses a body whose arrays hold more items,
+or whose strings hold more bytes, than the :class:`Bounds` allow, or that is
+truncated or malformed (a varint longer than ten bytes, a negative length, a
+boolean other than 0 or 1, an enum or union index out of range, an int out of the
+32-bit range). It costs time linear in the bytes it accepts, and stops at the
+first bound crossed, so a refusal costs no more than the bound. Only what is
+scanned can then be decoded by fastavro.
 """
 
 from __future__ import annotations

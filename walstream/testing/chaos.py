@@ -93,7 +93,8 @@ def _wait_progressing(cond: Any, app: App, stall_s: float, limit_s: float,
                       what: str) -> None:
     """Wait for ``cond`` as long as the application keeps completing batches: after
     many restarts under the ``all`` down-time policy it re-runs every missed batch,
-    which on 2 cores can take longer than any fixed bound. Times out after
+    which on a small machine can take longer than any fixed bound
+    (docs/decisions/chaos-harness-pacing.md). Times out after
     ``stall_s`` without a completed batch, or after ``limit_s`` in all."""
     start = time.monotonic()
     last_seen, last_at = len(app.batches_since(0)), start

@@ -84,8 +84,8 @@ class Feeder(threading.Thread):
                     n_bad += 1
                 producer.poll(0)
                 # Bursts twice a second: the durable broker stores each produce batch
-                # as an S3 object and a fetch reads them one by one (~40 ms each), so
-                # a record per batch would make every read crawl.
+                # as an S3 object and a fetch reads them one by one, so a record per
+                # batch would make every read crawl (docs/decisions/chaos-harness-pacing.md).
                 delay = start + (i + 1) / self.cfg.rate - time.monotonic()
                 if delay > 0.5:
                     producer.flush(30)
