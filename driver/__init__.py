@@ -12,8 +12,9 @@ driver side or the gRPC server (``tests/test_import_layers.py`` checks it).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from walstream.lazy_exports import lazy_exports
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -36,14 +37,4 @@ if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'driver' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -21,8 +21,9 @@ The top-level packages follow Spark's streaming roles:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from walstream.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -57,14 +58,4 @@ if TYPE_CHECKING:
     from receiver.receiver import Receiver
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'walstream' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
