@@ -9,7 +9,7 @@ it does not parse or a block that large could be refused by the WAL.
 
 from __future__ import annotations
 
-from receiver.block_generator import MAX_BLOCK_BYTES
+from receiver.block_generator import MAX_BLOCK_BYTES, BlockGeneratorConfig
 from walstream.errors import ConfigError
 
 MAX_BLOCK_BYTES_KEY = "spark.walstream.receiver.maxBlockBytes"
@@ -19,11 +19,12 @@ _BYTE_UNITS = (("kb", 1 << 10), ("mb", 1 << 20), ("gb", 1 << 30), ("k", 1 << 10)
 
 
 def check_max_block_bytes(value: int, what: str = "max_block_bytes") -> int:
-    """``value`` when it is a block size receivers may use, else a ConfigError
-    naming ``what`` and the range."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BLOCK_BYTES:
-        raise ConfigError(f"{what} must be 1..{MAX_BLOCK_BYTES} bytes (below the WAL's "
-                          f"max_record_bytes), not {value!r}")
+    """``value`` when receivers may use it as their block cap, else a ConfigError
+    naming ``what``; the rule is :class:`BlockGeneratorConfig`'s own."""
+    try:
+        BlockGeneratorConfig(max_block_bytes=value)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}, not {value!r}") from None
     return value
 
 
