@@ -1,24 +1,26 @@
 """JobGenerator: turns batch times into job sets, and cleans up after them.
 
-An event loop (one thread, bounded queue) handles, as Spark's does:
+An event loop (one thread, bounded queue) handles, as Spark's does, the frozen
+event types defined below, dispatched with ``match`` in one place (``_run``):
 
-* ``generate`` ``t``, posted by the recurring timer on every batch boundary:
-  (1) allocate the received blocks to ``t`` in the tracker (logged first, so a
-  re-run of ``t`` after a crash gets the same blocks: docs/ARCHITECTURE.md,
-  invariant 6); (2) ask the graph for the batch's jobs; (3) hand them to the
-  JobScheduler; (4) write a checkpoint through ``checkpointer(t, None)``.
-  Steps 2-4 wait while a generated batch is still waiting to start (at most
-  ``LOOKAHEAD`` ahead of the running one; see below); step 1 never waits.
-* ``regenerate`` ``t``, posted by :meth:`JobGenerator.start` for each time
-  :meth:`JobGenerator.resubmit` was given: steps 1-3 only (the restored
+* :class:`GenerateJobs` ``t``, posted by the recurring timer on every batch
+  boundary: (1) allocate the received blocks to ``t`` in the tracker (logged
+  first, so a re-run of ``t`` after a crash gets the same blocks:
+  docs/ARCHITECTURE.md, invariant 6); (2) ask the graph for the batch's jobs;
+  (3) hand them to the JobScheduler; (4) write a checkpoint through
+  ``checkpointer(t, None)``. Steps 2-4 wait while a generated batch is still
+  waiting to start (at most ``LOOKAHEAD`` ahead of the running one; see below);
+  step 1 never waits.
+* :class:`RegenerateJobs` ``t``, posted by :meth:`JobGenerator.start` for each
+  time :meth:`JobGenerator.resubmit` was given: steps 1-3 only (the restored
   checkpoint already makes ``t`` re-run).
-* ``completed`` ``t``, when all jobs of ``t`` finished: checkpoint again (now
-  that ``t`` is done), and only after that checkpoint is durable clean the
+* :class:`ClearMetadata` ``t``, when all jobs of ``t`` finished: checkpoint again
+  (now that ``t`` is done), and only after that checkpoint is durable clean the
   tracker's batches and the WALs older than what the graph must remember
   (checkpoint before clean, docs/ARCHITECTURE.md invariant 5); without
   checkpointing, clean at once.
-* ``when_drained`` (a graceful stop: run a callback once no batch is deferred)
-  and ``stop``.
+* :class:`WhenDrained` (a graceful stop: run a callback once no batch is
+  deferred) and :class:`Stop`.
 
 A failed allocation write leaves the blocks queued for the next batch; the
 batch runs with what it was given (nothing).
@@ -65,7 +67,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import assert_never
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -78,7 +81,7 @@ from walstream.errors import WalStreamError
 
 log = logging.getLogger(__name__)
 
-GenerateJobs = Callable[[int], list[Job]]
+JobsForTime = Callable[[int], list[Job]]
 #: Batches generated ahead of the running one (submitted, not started); more wait as
 #: allocated times until one starts.
 LOOKAHEAD = 1
@@ -100,6 +103,44 @@ _TRANSIENT_KAFKA = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOW
                               KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT,
                               KafkaError.NOT_LEADER_FOR_PARTITION,
                               KafkaError.LEADER_NOT_AVAILABLE})
+
+
+@dataclass(frozen=True)
+class GenerateJobs:
+    """Batch ``time_ms`` is due (the recurring timer): steps 1-4 of the module docstring."""
+
+    time_ms: int
+
+
+@dataclass(frozen=True)
+class RegenerateJobs:
+    """Batch ``time_ms`` was missed or pending before a restart: steps 1-3 only."""
+
+    time_ms: int
+
+
+@dataclass(frozen=True)
+class ClearMetadata:
+    """Every job of batch ``time_ms`` finished (Spark's ClearMetadata, posted by
+    ``on_batch_completed``): checkpoint, then clean once that checkpoint is durable
+    (Spark's DoCheckpoint and ClearCheckpointData folded into this one event)."""
+
+    time_ms: int
+
+
+@dataclass(frozen=True)
+class WhenDrained:
+    """Run ``callback`` on the loop once no allocated batch waits to be generated."""
+
+    callback: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End the loop; the events queued behind it are not handled."""
+
+
+GeneratorEvent = GenerateJobs | RegenerateJobs | ClearMetadata | WhenDrained | Stop
 
 
 def retriable(exc: BaseException) -> bool:
@@ -127,7 +168,7 @@ class JobGenerator:
         self,
         tracker: ReceivedBlockTracker,
         batch_interval_ms: int,
-        generate_jobs: GenerateJobs,
+        generate_jobs: JobsForTime,
         scheduler: JobScheduler,
         cleanup: Callable[[int], None] | None = None,
         checkpointer: Checkpointer | None = None,
@@ -152,7 +193,7 @@ class JobGenerator:
         self.cleanup = cleanup
         self.checkpointer = checkpointer
         self._timer = RecurringTimer(batch_interval_ms, self._on_tick, "job-generator-timer")
-        self._events: queue.Queue[tuple[str, Any]] = queue.Queue(max_events)
+        self._events: queue.Queue[GeneratorEvent] = queue.Queue(max_events)
         self._loop = threading.Thread(target=self._run, name="job-generator", daemon=True)
         self._resubmitted: list[int] = []
         self.last_generated_ms: int | None = None
@@ -175,7 +216,7 @@ class JobGenerator:
         # Posted with the loop running: more resubmitted times than the event queue
         # holds (hours of down time under the "all" policy) wait for it, not forever.
         for t in self._resubmitted:
-            self._post("regenerate", t)
+            self._post(RegenerateJobs(t))
         self._resubmitted = []
         return self._timer.start(first_time_ms)
 
@@ -185,29 +226,30 @@ class JobGenerator:
         self._resubmitted = sorted({*self._resubmitted, *times})
 
     def _on_tick(self, t: int) -> None:
-        self._post("generate", t)
+        self._post(GenerateJobs(t))
 
-    def _post(self, kind: str, payload: Any) -> bool:
+    def _post(self, event: GeneratorEvent) -> bool:
         """Queue an event, waiting while the queue is full; False only when stopping."""
+        stop = isinstance(event, Stop)
         waited_s = 0.0
         while True:
             try:
-                self._events.put((kind, payload), timeout=0.5)
+                self._events.put(event, timeout=0.5)
                 return True
             except queue.Full:
                 waited_s += 0.5
-                if self._stopping.is_set() and kind != "stop":
-                    log.warning("job generator stopping; %s %s not queued", kind, payload)
+                if self._stopping.is_set() and not stop:
+                    log.warning("job generator stopping; %s not queued", event)
                     return False
-                if kind == "stop" and not self._loop.is_alive():
+                if stop and not self._loop.is_alive():
                     return False
                 if waited_s >= self.batch_interval_ms / 1000 * 10 and waited_s % 10 < 0.5:
-                    log.warning("job generator event queue full for %.0f s; %s %s waits",
-                                waited_s, kind, payload)
+                    log.warning("job generator event queue full for %.0f s; %s waits",
+                                waited_s, event)
 
     def on_batch_completed(self, info: BatchInfo) -> None:
         """Wire this to JobScheduler(on_batch_completed=...)."""
-        self._post("completed", info.batch_time_ms)
+        self._post(ClearMetadata(info.batch_time_ms))
 
     def pending_times(self) -> list[int]:
         """Batches allocated or submitted and not completed: the checkpoint's pending
@@ -220,24 +262,26 @@ class JobGenerator:
         while True:
             self._generate_ready()
             try:
-                kind, payload = self._events.get(
-                    timeout=DEFER_POLL_S if self._deferred else None)
+                event = self._events.get(timeout=DEFER_POLL_S if self._deferred else None)
             except queue.Empty:
                 continue
             try:
-                if kind == "stop":
-                    return
-                if kind == "generate":
-                    self._allocate(payload, checkpoint=True)
-                elif kind == "regenerate":
-                    self._allocate(payload, checkpoint=False)
-                elif kind == "completed":
-                    self._completed(payload)
-                elif kind == "when_drained":
-                    self._on_drained.append(payload)
+                match event:
+                    case Stop():
+                        return
+                    case GenerateJobs(time_ms=t):
+                        self._allocate(t, checkpoint=True)
+                    case RegenerateJobs(time_ms=t):
+                        self._allocate(t, checkpoint=False)
+                    case ClearMetadata(time_ms=t):
+                        self._completed(t)
+                    case WhenDrained(callback=callback):
+                        self._on_drained.append(callback)
+                    case _:
+                        assert_never(event)
             except Exception as exc:
                 self.scheduler.report_error(
-                    f"Error in job generator ({kind} {payload})", exc, original=True)
+                    f"Error in job generator ({event})", exc, original=True)
 
     def _allocate(self, t: int, checkpoint: bool) -> None:
         """Step 1, in time order and at once: the batch's blocks are fixed (logged) now;
@@ -378,9 +422,9 @@ class JobGenerator:
             # allocated so far finish, so that their completion (checkpoint, then
             # cleanup) is handled before the loop ends. First let the loop submit what
             # it has queued and deferred, then wait for the scheduler (it queues
-            # "completed" events).
+            # ClearMetadata events).
             flushed = threading.Event()
-            self._post("when_drained", flushed.set)
+            self._post(WhenDrained(flushed.set))
             if not flushed.wait(max(0.0, deadline - time.monotonic())):
                 # Out of time: build and submit every batch still deferred at once, so
                 # none is dropped (the scheduler's own stop then waits for its jobs).
@@ -391,6 +435,6 @@ class JobGenerator:
                 self._build_all.set()
                 flushed.wait(LAST_FLUSH_S)
             self.scheduler.wait_idle(max(0.0, deadline - time.monotonic()))
-        self._post("stop", None)
+        self._post(Stop())
         self._loop.join(max(0.1, deadline - time.monotonic()))
         return next_time
