@@ -207,6 +207,7 @@ def _executor_of(executor_id: str) -> str:
 def receiver_run(sc: Any, bootstrap: str, admin: Any, sources: Sequence[tuple[str, int]],
                  cfg: IngestConfig, timeout_s: float) -> RunResult:
     """One run: a receiver per ``(topic, records)`` source; see the module docstring."""
+    from driver.listener import StreamingListenerReceiverStarted
     from driver.received_block_tracker import ReceivedBlockTracker
     from driver.receiver_tracker import ReceiverTracker
     from receiver import KafkaReceiver
@@ -217,8 +218,8 @@ def receiver_run(sc: Any, bootstrap: str, admin: Any, sources: Sequence[tuple[st
     ids = list(range(len(sources)))
     registered: dict[int, float] = {}
 
-    def listener(event: str, stream_id: int, detail: str) -> None:
-        if event == "receiver_started":
+    def listener(event: type[Any], stream_id: int, detail: str) -> None:
+        if event is StreamingListenerReceiverStarted:
             registered.setdefault(stream_id, time.monotonic())
 
     blocks = ReceivedBlockTracker(

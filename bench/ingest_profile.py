@@ -232,6 +232,7 @@ class Profile:
 
 def profile_run(bootstrap: str, admin: Any, topic: str, n: int, cfg: IngestConfig,
                 timeout_s: float) -> Profile:
+    from driver.listener import StreamingListenerReceiverStarted
     from driver.received_block_tracker import ReceivedBlockTracker
     from driver.receiver_tracker import ReceiverTracker
     from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
@@ -247,8 +248,8 @@ def profile_run(bootstrap: str, admin: Any, topic: str, n: int, cfg: IngestConfi
             driver_log.append(time.perf_counter() - t1)
             return h
 
-    def listener(event: str, stream_id: int, detail: str) -> None:
-        if event == "receiver_started" and not registered:
+    def listener(event: type[Any], stream_id: int, detail: str) -> None:
+        if event is StreamingListenerReceiverStarted and not registered:
             registered.append(time.time())
 
     blocks = ReceivedBlockTracker([0], TimedBatched(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))

@@ -34,7 +34,14 @@ from driver.job_generator import (
     JobGenerator,
 )
 from driver.job_scheduler import Job, JobScheduler
-from driver.listener import ListenerBus, StreamingListener, event
+from driver.listener import (
+    ListenerBus,
+    ReceiverEvent,
+    StreamingListener,
+    StreamingListenerReceiverError,
+    StreamingListenerReceiverStarted,
+    StreamingListenerStreamingStarted,
+)
 from driver.rate_controller import PIDRateEstimator, RateController
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
@@ -194,15 +201,14 @@ class StreamingEngine:
     def add_listener(self, listener: StreamingListener) -> None:
         self.bus.add(listener)
 
-    def _on_receiver_event(self, kind: str, stream_id: int, detail: str) -> None:
+    def _on_receiver_event(self, kind: type[ReceiverEvent], stream_id: int,
+                           detail: str) -> None:
         info = self.receiver_tracker.receivers.get(stream_id)
         rinfo = ReceiverInfo(stream_id, type(self.receivers.get(stream_id)).__name__,
-                             kind == "receiver_started", info.host if info else "",
-                             info.executor_id if info else "",
-                             detail if kind == "receiver_error" else "")
-        method = {"receiver_started": "onReceiverStarted", "receiver_error": "onReceiverError",
-                  "receiver_stopped": "onReceiverStopped"}[kind]
-        self.bus.post(method, event(receiverInfo=rinfo))
+                             kind is StreamingListenerReceiverStarted,
+                             info.host if info else "", info.executor_id if info else "",
+                             detail if kind is StreamingListenerReceiverError else "")
+        self.bus.post(kind(rinfo))
 
     def _publish_rate(self, rate: float) -> None:
         for s in self.receivers:
@@ -253,7 +259,7 @@ class StreamingEngine:
             self.generator.resubmit(resubmit)
         first = self.generator.start(first_time_ms)
         self._started = True
-        self.bus.post("onStreamingStarted", event(time=first))
+        self.bus.post(StreamingListenerStreamingStarted(first))
         return first
 
     def stop(self, graceful: bool = False, timeout_s: float = 120.0,

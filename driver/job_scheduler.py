@@ -26,17 +26,26 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from driver.batch_info import BatchInfo, OutputOperationInfo
 from driver.errors import JobFailedError
-from driver.listener import ListenerBus, event
+from driver.listener import (
+    ListenerBus,
+    StreamingListenerBatchCompleted,
+    StreamingListenerBatchStarted,
+    StreamingListenerBatchSubmitted,
+    StreamingListenerOutputOperationCompleted,
+    StreamingListenerOutputOperationStarted,
+)
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
 
+_Info = TypeVar("_Info", BatchInfo, OutputOperationInfo)
 
-def _snapshot(info: BatchInfo | OutputOperationInfo) -> Any:
+
+def _snapshot(info: _Info) -> _Info:
     """What a listener gets: the info as it is now (Spark posts immutable copies), not
     the live object the scheduler keeps filling in while the event sits in the bus."""
     return copy.deepcopy(info)
@@ -112,7 +121,7 @@ class JobScheduler:
                 log.warning("batch %d not run: the scheduler is stopped", time_ms)
                 return
             self._running[time_ms] = job_set
-        self.bus.post("onBatchSubmitted", event(batchInfo=_snapshot(info)))
+        self.bus.post(StreamingListenerBatchSubmitted(_snapshot(info)))
         if not jobs:
             info.processing_start_time_ms = info.processing_end_time_ms = now_ms()
             self._finish(job_set)
@@ -132,10 +141,10 @@ class JobScheduler:
         with job_set.lock:
             if info.processing_start_time_ms is None:
                 info.processing_start_time_ms = now_ms()
-                self.bus.post("onBatchStarted", event(batchInfo=_snapshot(info)))
+                self.bus.post(StreamingListenerBatchStarted(_snapshot(info)))
         op = info.output_operations[job.output_op_id]
         op.start_time_ms = now_ms()
-        self.bus.post("onOutputOperationStarted", event(outputOperationInfo=_snapshot(op)))
+        self.bus.post(StreamingListenerOutputOperationStarted(_snapshot(op)))
         try:
             kill_point("batch.during_output")
             job.func()
@@ -146,7 +155,7 @@ class JobScheduler:
             self.report_error(f"Error running job {job.name} of batch {job.time_ms}", exc)
         finally:
             op.end_time_ms = now_ms()
-            self.bus.post("onOutputOperationCompleted", event(outputOperationInfo=_snapshot(op)))
+            self.bus.post(StreamingListenerOutputOperationCompleted(_snapshot(op)))
             with job_set.lock:
                 job_set.remaining -= 1
                 last = job_set.remaining == 0
@@ -185,7 +194,7 @@ class JobScheduler:
             self.completed.append(job_set.info)
             del self.completed[:-self._max_retained]
             self._finishing += 1
-        self.bus.post("onBatchCompleted", event(batchInfo=_snapshot(job_set.info)))
+        self.bus.post(StreamingListenerBatchCompleted(_snapshot(job_set.info)))
         try:
             if job_set.failed:
                 log.warning("batch %d failed: it is not completed, its data is kept and a "

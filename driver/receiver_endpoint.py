@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReportLimitError, UnknownReceiverError
+from driver.listener import (
+    ReceiverEvent,
+    StreamingListenerReceiverError,
+    StreamingListenerReceiverStarted,
+    StreamingListenerReceiverStopped,
+)
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_commands import CommandMailbox
 from receiver.block_info import ReceivedBlockInfo
@@ -27,7 +33,9 @@ from receiver.registration import Registration
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[str, int, str], None]  # (event, stream id, detail)
+#: Told (event type, stream id, detail) of every receiver event: the detail is the
+#: executor id for a start, the message for an error or a stop.
+Listener = Callable[[type[ReceiverEvent], int, str], None]
 
 
 @dataclass
@@ -59,7 +67,7 @@ class LocalReceiverEndpoint:
     def tracker(self) -> ReceivedBlockTracker:
         return self.block_tracker
 
-    def _emit(self, event: str, stream_id: int, detail: str = "") -> None:
+    def _emit(self, event: type[ReceiverEvent], stream_id: int, detail: str = "") -> None:
         if self._listener is not None:
             try:
                 self._listener(event, stream_id, detail)
@@ -85,7 +93,7 @@ class LocalReceiverEndpoint:
                     f"(on {info.executor_id})")
             info.state, info.host, info.executor_id = "active", host, executor_id
             rate = info.rate_limit
-        self._emit("receiver_started", stream_id, executor_id)
+        self._emit(StreamingListenerReceiverStarted, stream_id, executor_id)
         return Registration(True, "registered",
                             self.block_tracker.positions(stream_id), rate)
 
@@ -113,7 +121,7 @@ class LocalReceiverEndpoint:
             if info is not None:
                 info.errors = [*info.errors[-99:], f"{message}: {error}"]
         log.warning("receiver %d reported: %s %s", stream_id, message, error)
-        self._emit("receiver_error", stream_id, f"{message}: {error}")
+        self._emit(StreamingListenerReceiverError, stream_id, f"{message}: {error}")
 
     def deregister_receiver(self, stream_id: int, message: str, error: str) -> None:
         message, error = self.limits.truncate(message), self.limits.truncate(error)
@@ -122,4 +130,4 @@ class LocalReceiverEndpoint:
             if info is not None and info.state == "active":
                 info.state = "deregistered"
         log.info("receiver %d deregistered: %s %s", stream_id, message, error)
-        self._emit("receiver_stopped", stream_id, message)
+        self._emit(StreamingListenerReceiverStopped, stream_id, message)

@@ -29,6 +29,7 @@ import grpc
 
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReportLimitError, UnknownReceiverError
+from driver.listener import StreamingListenerReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import Listener, LocalReceiverEndpoint
 from driver.receiver_scheduling import (
@@ -224,7 +225,8 @@ class ReceiverTracker(LocalReceiverEndpoint):
             failures = 0 if status == "stopped" else failures + 1
             log.warning("receiver %d ended (%s); relaunching in %.1fs", spec.stream_id,
                         status, delay_s)
-            self._emit("receiver_error", spec.stream_id, f"receiver job ended: {status}")
+            self._emit(StreamingListenerReceiverError, spec.stream_id,
+                       f"receiver job ended: {status}")
             if failures > max_relaunches:
                 with self._lock:
                     info.state = "failed"

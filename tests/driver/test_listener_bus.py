@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from driver.batch_info import BatchInfo
 from driver.job_scheduler import JobScheduler
-from driver.listener import ListenerBus, StreamingListener, event
+from driver.listener import ListenerBus, StreamingListener, StreamingListenerBatchSubmitted
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job
 
@@ -79,11 +80,11 @@ def test_bus_post_never_blocks_and_stop_delivers_queued_events() -> None:
 
     class L(StreamingListener):
         def onBatchSubmitted(self, batchSubmitted: Any) -> None:  # noqa: N803
-            got.append(batchSubmitted.n())
+            got.append(batchSubmitted.batchInfo().batchTime())
 
     bus.add(L())
     for n in range(5):  # not started: 2 queued, 3 dropped, nothing blocks
-        bus.post("onBatchSubmitted", event(n=n))
+        bus.post(StreamingListenerBatchSubmitted(BatchInfo(n, {}, 0)))
     assert bus.dropped == 3
     bus.start()
     bus.stop(WAIT_S)
@@ -128,11 +129,11 @@ def test_bus_stop_is_bounded_when_a_listener_hangs() -> None:
     bus.add(Stuck())
     bus.start()
     try:
-        bus.post("onBatchSubmitted", event())
+        bus.post(StreamingListenerBatchSubmitted(BatchInfo(1000, {}, 0)))
         deadline = time.monotonic() + WAIT_S
         while bus._queue.qsize() and time.monotonic() < deadline:  # the stuck one took it
             time.sleep(0.01)
-        bus.post("onBatchSubmitted", event())  # fills the queue
+        bus.post(StreamingListenerBatchSubmitted(BatchInfo(2000, {}, 0)))  # fills the queue
         started = time.monotonic()
         done = threading.Event()
         def stop() -> None:
