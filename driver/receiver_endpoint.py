@@ -30,6 +30,7 @@ from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_commands import CommandMailbox
 from receiver.block_info import ReceivedBlockInfo
 from receiver.registration import Registration
+from receiver.states import ReceiverState
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ Listener = Callable[[type[ReceiverEvent], int, str], None]
 @dataclass
 class ReceiverTrackingInfo:
     stream_id: int
-    state: str = "inactive"  # inactive | scheduled | active | deregistered | failed
+    state: ReceiverState = ReceiverState.INACTIVE
     host: str = ""
     executor_id: str = ""
     launches: int = 0
@@ -87,11 +88,11 @@ class LocalReceiverEndpoint:
             if info is None:
                 return Registration(
                     False, f"stream {stream_id} is not an input stream of this application")
-            if info.state == "active":
+            if info.state is ReceiverState.ACTIVE:
                 return Registration(
                     False, f"a receiver for stream {stream_id} is already registered "
                     f"(on {info.executor_id})")
-            info.state, info.host, info.executor_id = "active", host, executor_id
+            info.state, info.host, info.executor_id = ReceiverState.ACTIVE, host, executor_id
             rate = info.rate_limit
         self._emit(StreamingListenerReceiverStarted, stream_id, executor_id)
         return Registration(True, "registered",
@@ -99,7 +100,7 @@ class LocalReceiverEndpoint:
 
     def _require_active(self, stream_id: int) -> None:
         info = self.receivers.get(stream_id)
-        if info is None or info.state != "active":
+        if info is None or info.state is not ReceiverState.ACTIVE:
             state = "unknown" if info is None else info.state
             raise UnknownReceiverError(
                 f"receiver of stream {stream_id} is not registered ({state}); "
@@ -127,7 +128,7 @@ class LocalReceiverEndpoint:
         message, error = self.limits.truncate(message), self.limits.truncate(error)
         with self._lock:
             info = self.receivers.get(stream_id)
-            if info is not None and info.state == "active":
-                info.state = "deregistered"
+            if info is not None and info.state is ReceiverState.ACTIVE:
+                info.state = ReceiverState.DEREGISTERED
         log.info("receiver %d deregistered: %s %s", stream_id, message, error)
         self._emit(StreamingListenerReceiverStopped, stream_id, message)

@@ -39,6 +39,7 @@ from driver.receiver_scheduling import (
     reschedule_receiver,
 )
 from receiver.block_info import ReceivedBlockInfo
+from receiver.states import ReceiverState
 from receiver.task import ReceiverTaskSpec, run_receiver_task
 from walstream.errors import ConfigError, CorruptDataError
 from walstream.rpc import messages as m
@@ -163,7 +164,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
             if cmd is None:
                 if not info.commands.is_current(stream):
                     return
-                if self._stopping.is_set() and info.state != "active":
+                if self._stopping.is_set() and info.state is not ReceiverState.ACTIVE:
                     return
                 cmd = {"kind": "HEARTBEAT"}
             yield cmd
@@ -200,7 +201,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
         info = self.receivers[spec.stream_id]
         while not self._stopping.is_set():
             with self._lock:
-                info.state, info.launches = "scheduled", info.launches + 1
+                info.state, info.launches = ReceiverState.SCHEDULED, info.launches + 1
             group = f"walstream-receiver-{spec.stream_id}-{info.launches}"
             status = "failed"
             try:
@@ -218,8 +219,8 @@ class ReceiverTracker(LocalReceiverEndpoint):
             except Exception as exc:
                 status = f"failed: {str(exc).splitlines()[0][:300]}"
             with self._lock:
-                if info.state in ("active", "scheduled"):
-                    info.state = "inactive"
+                if info.state in (ReceiverState.ACTIVE, ReceiverState.SCHEDULED):
+                    info.state = ReceiverState.INACTIVE
             if self._stopping.is_set():
                 return
             failures = 0 if status == "stopped" else failures + 1
@@ -229,7 +230,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
                        f"receiver job ended: {status}")
             if failures > max_relaunches:
                 with self._lock:
-                    info.state = "failed"
+                    info.state = ReceiverState.FAILED
                     info.errors.append(f"gave up after {max_relaunches} relaunches")
                 return
             if self._stopping.wait(delay_s):

@@ -61,6 +61,7 @@ from receiver.items import encode_item
 from receiver.receiver import Receiver
 from receiver.registration import Registration
 from receiver.source_metadata import SourceTracker, check_source_metadata
+from receiver.states import ReceiverState
 from wal.base import WriteAheadLog
 from wal.errors import WalError, WalWriteTimeoutError
 from wal.handle import RecordHandle
@@ -144,7 +145,7 @@ class ReceiverSupervisor:
         self.generator = BlockGenerator(self, stream_id, generator_config)
         self._sources = SourceTracker()
         self._block_sources: dict[str, tuple[SourceRange, ...]] = {}
-        self._receiver_state = "initialized"
+        self._receiver_state = ReceiverState.INACTIVE
         self._state_lock = threading.RLock()
         self.receiver_stopped = threading.Event()
         self.stopped = threading.Event()  # set when stopping begins
@@ -180,16 +181,16 @@ class ReceiverSupervisor:
             self.stop(str(exc), exc)
             raise exc
         with self._state_lock:
-            self._receiver_state = "started"
+            self._receiver_state = ReceiverState.ACTIVE
             self.receiver_stopped.clear()
         self.receiver.onStart()
 
     def _stop_receiver(self, message: str, error: BaseException | None) -> None:
         with self._state_lock:
             self.receiver_stopped.set()
-            if self._receiver_state != "started":
+            if self._receiver_state is not ReceiverState.ACTIVE:
                 return
-            self._receiver_state = "stopped"
+            self._receiver_state = ReceiverState.DEREGISTERED
         try:
             self.receiver.onStop()
         except Exception as exc:
@@ -237,10 +238,10 @@ class ReceiverSupervisor:
         threading.Thread(target=run, name=f"restart-{self.stream_id}", daemon=True).start()
 
     def is_receiver_started(self) -> bool:
-        return self._receiver_state == "started"
+        return self._receiver_state is ReceiverState.ACTIVE
 
     def is_receiver_stopped(self) -> bool:
-        return self._receiver_state != "started"
+        return self._receiver_state is not ReceiverState.ACTIVE
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until stop() finished: every block pushed, receiver deregistered."""
