@@ -7,8 +7,8 @@ allocates the next batch and collects each stream's items through block RDDs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from driver.block_rdd import block_rdd
@@ -17,14 +17,15 @@ from driver.receiver_tracker import ReceiverTracker
 from receiver import BlockGeneratorConfig, Receiver
 from receiver.task import ReceiverTaskSpec
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.testing import wait_until
+
+POLL_S = 0.05  # the pause between polls of a pipeline's state
 
 
-def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+def wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Kept only for the callers that still import it; new code calls
+    :func:`walstream.testing.wait_until` with ``poll_s=POLL_S``."""
+    wait_until(cond, timeout_s, what, poll_s=POLL_S)
 
 
 class ReceiverPipeline:
@@ -48,9 +49,12 @@ class ReceiverPipeline:
     def start(self, relaunch_delay_s: float = 0.5) -> ReceiverPipeline:
         self.tracker.start_all_receivers(self.sc, self.specs, relaunch_delay_s=relaunch_delay_s)
         for i in self.items:
-            wait_for(lambda i=i: self.tracker.receivers[i].state == "active", 60,
-                     f"receiver {i} to register")
+            wait_until(partial(self.registered, i), 60, f"receiver {i} to register",
+                       poll_s=POLL_S)
         return self
+
+    def registered(self, stream_id: int) -> bool:
+        return bool(self.tracker.receivers[stream_id].state == "active")
 
     def worker_pid(self, stream_id: int) -> int:
         info = self.tracker.receivers[stream_id]

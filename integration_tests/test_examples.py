@@ -24,11 +24,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from walstream.testing import wait_until
+
 ROOT = Path(__file__).resolve().parents[1]
 LINES = [f"{w1} {w2} {w3}" for w1, w2, w3 in
          zip(["spark", "kafka", "wal"] * 20, ["stream", "spark"] * 30, ["block"] * 60,
              strict=True)]
 EXPECTED = Counter(w for line in LINES for w in line.split())
+POLL_S = 0.2  # the pause between polls of an app's output
 
 pytestmark = pytest.mark.spark
 
@@ -58,16 +61,14 @@ class App:
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def wait_for(self, cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the app exited ({self.proc.returncode}):\n" +
-                                     "\n".join(self.lines[-60:]))
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}:\n" +
-                                     "\n".join(self.lines[-60:]))
-            time.sleep(0.2)
+    def exited(self) -> str | None:
+        """Why a wait on this app cannot succeed any more: it exited (``abort=``)."""
+        code = self.proc.poll()
+        return None if code is None else f"the app exited ({code})"
+
+    def tail(self) -> str:
+        """The app's last 60 output lines (``details=`` of a wait)."""
+        return "\n".join(self.lines[-60:])
 
     def _group_alive(self) -> bool:
         try:
@@ -127,11 +128,12 @@ def test_network_examples(script: str, line_server: tuple[int, threading.Event],
     port, go = line_server
     app = App(script, ["127.0.0.1", str(port)], _env(bootstrap, tmp_path), tmp_path)
     try:
-        app.wait_for(lambda: any(line.startswith(("Time:", "=====")) for line in app.lines),
-                     120, "the first batch")
+        wait_until(lambda: any(line.startswith(("Time:", "=====")) for line in app.lines),
+                   120, "the first batch", poll_s=POLL_S, abort=app.exited, details=app.tail)
         go.set()
         if script == "network_wordcount.py":
-            app.wait_for(lambda: pair_counts(app.lines) == EXPECTED, 90, "exact counts")
+            wait_until(lambda: pair_counts(app.lines) == EXPECTED, 90, "exact counts",
+                       poll_s=POLL_S, abort=app.exited, details=app.tail)
         elif script == "stateful_network_wordcount.py":
             final = EXPECTED + Counter({"hello": 1, "world": 1})
 
@@ -139,7 +141,8 @@ def test_network_examples(script: str, line_server: tuple[int, threading.Event],
                 starts = [i for i, line in enumerate(app.lines) if line.startswith("Time:")]
                 return pair_counts(app.lines[starts[-1]:]) if starts else Counter()
 
-            app.wait_for(lambda: last_batch() == final, 90, "exact running totals")
+            wait_until(lambda: last_batch() == final, 90, "exact running totals",
+                       poll_s=POLL_S, abort=app.exited, details=app.tail)
         else:
             def sql_counts() -> Counter[str]:
                 out: Counter[str] = Counter()
@@ -149,7 +152,8 @@ def test_network_examples(script: str, line_server: tuple[int, threading.Event],
                         out[m.group(1)] += int(m.group(2))
                 return out
 
-            app.wait_for(lambda: sql_counts() == EXPECTED, 120, "exact SQL counts")
+            wait_until(lambda: sql_counts() == EXPECTED, 120, "exact SQL counts",
+                       poll_s=POLL_S, abort=app.exited, details=app.tail)
     finally:
         app.kill()
 
@@ -160,12 +164,13 @@ def test_kafka_examples(script: str, bootstrap: str, topic_factory: Callable[...
     topic = topic_factory("words")
     app = App(script, [bootstrap, topic], _env(bootstrap, tmp_path), tmp_path)
     try:
-        app.wait_for(lambda: any(line.startswith("Time:") for line in app.lines), 120,
-                     "the first batch")
+        wait_until(lambda: any(line.startswith("Time:") for line in app.lines), 120,
+                   "the first batch", poll_s=POLL_S, abort=app.exited, details=app.tail)
         producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
         for line in LINES:
             producer.produce(topic, line.encode(), partition=0)
         assert producer.flush(30) == 0
-        app.wait_for(lambda: pair_counts(app.lines) == EXPECTED, 90, "exact counts")
+        wait_until(lambda: pair_counts(app.lines) == EXPECTED, 90, "exact counts",
+                   poll_s=POLL_S, abort=app.exited, details=app.tail)
     finally:
         app.kill()

@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from walstream import procs
+from walstream.testing import wait_until
 from walstream.testing.recovery_app import expected_counts
 
 # Waits are bounded generously: on a loaded 2-core machine (CI beside a chaos soak) a
@@ -44,13 +46,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.poll()
 
 
-def _wait(cond: object, timeout_s: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-            raise AssertionError(f"timed out waiting for {what}\n{tail}")
-        time.sleep(0.2)
+POLL_S = 0.2  # the pause between polls of the app's files
+
+
+def _tail(log: Path) -> Callable[[], str]:
+    """The end of the app's log, read when a wait fails (``details=``)."""
+    return lambda: log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
 
 def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
@@ -65,11 +66,12 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
     try:
         # Let it checkpoint and process part of the stream, then kill it mid-run.
         # Wait for a reliable checkpoint of the state RDD, so recovery restores it.
-        _wait(lambda: len(list(ckpt.glob("checkpoint-*"))) >= 3 and
-              any((ckpt / "rdds").rglob("rdd-*")) and
-              (out / "totals.json").exists() and
-              0 < sum(json.loads((out / "totals.json").read_text()).values())
-              < sum(expected.values()) * 0.7, 120, "a run in progress", log)
+        wait_until(lambda: len(list(ckpt.glob("checkpoint-*"))) >= 3 and
+                   any((ckpt / "rdds").rglob("rdd-*")) and
+                   (out / "totals.json").exists() and
+                   0 < sum(json.loads((out / "totals.json").read_text()).values())
+                   < sum(expected.values()) * 0.7, 120, "a run in progress",
+                   poll_s=POLL_S, details=_tail(log))
         _kill_group(proc)
         before = sum(json.loads((out / "totals.json").read_text()).values())
         assert before < sum(expected.values())
@@ -78,7 +80,8 @@ def test_sigkill_driver_and_restart_with_get_or_create_is_exactly_once(
         # Restored from the checkpoint's pickled graph (setupFunc, which would set
         # local[3], is not called): the new environment's master is taken.
         proc = _start(ckpt, out, bootstrap, total, master="local[2]", window=WINDOW)
-        _wait(lambda: (out / "done").exists(), 420, "the restarted run to finish", log)
+        wait_until(lambda: (out / "done").exists(), 420, "the restarted run to finish",
+                   poll_s=POLL_S, details=_tail(log))
         assert json.loads((out / "master.json").read_text()) == "local[2]"
         time.sleep(2)  # a batch or two more: totals must not move past the truth
     finally:
@@ -137,15 +140,16 @@ def test_named_kill_point_then_restart_is_exactly_once(
     expected = expected_counts(11, total)
     proc = _start(ckpt, out, bootstrap, total, kill_point=point)
     try:
-        _wait(lambda: proc.poll() is not None or (out / "done").exists(), 420,
-              f"the kill point {point} or the end", log)
+        wait_until(lambda: proc.poll() is not None or (out / "done").exists(), 420,
+                   f"the kill point {point} or the end", poll_s=POLL_S, details=_tail(log))
         text = log.read_text(errors="replace")
         assert f"kill point {point.split(':')[0]} reached" in text, text[-3000:]
         if proc.poll() is not None:  # the driver died: restart it, unarmed
             assert proc.returncode == -signal.SIGKILL
             _kill_group(proc)
             proc = _start(ckpt, out, bootstrap, total)
-        _wait(lambda: (out / "done").exists(), 420, "the run to finish", log)
+        wait_until(lambda: (out / "done").exists(), 420, "the run to finish",
+                   poll_s=POLL_S, details=_tail(log))
         time.sleep(2)
     finally:
         _kill_group(proc)

@@ -68,6 +68,7 @@ from walstream.testing.chaos_config import (
 )
 from walstream.testing.chaos_feeder import Feeder
 from walstream.testing.chaos_process import App, is_executor, parent_pid
+from walstream.testing.waiting import wait_until
 
 # -- the run -----------------------------------------------------------------------------
 
@@ -81,32 +82,8 @@ def _inspect(ckpt: Path, bootstrap: str) -> dict[str, Any] | None:
     return dict(json.loads(proc.stdout)["tracker"])
 
 
-def _wait(cond: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"chaos: timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def _wait_progressing(cond: Any, app: App, stall_s: float, limit_s: float,
-                      what: str) -> None:
-    """Wait for ``cond`` as long as the application keeps completing batches: after
-    many restarts under the ``all`` down-time policy it re-runs every missed batch,
-    which on a small machine can take longer than any fixed bound
-    (docs/decisions/chaos-harness-pacing.md). Times out after
-    ``stall_s`` without a completed batch, or after ``limit_s`` in all."""
-    start = time.monotonic()
-    last_seen, last_at = len(app.batches_since(0)), start
-    while not cond():
-        now = time.monotonic()
-        done = len(app.batches_since(0))
-        if done != last_seen:
-            last_seen, last_at = done, now
-        if now - last_at > stall_s or now - start > limit_s:
-            raise TimeoutError(f"chaos: timed out waiting for {what} (no batch for "
-                               f"{now - last_at:.0f} s, {now - start:.0f} s in all)")
-        time.sleep(1.0)
+POLL_S = 0.2  # the pause between polls of the application's state
+PROGRESS_POLL_S = 1.0  # the pause between polls of a wait that lasts while batches complete
 
 
 def _on_block_path(fault: str) -> bool:
@@ -177,18 +154,28 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         feeder.start()
         app = App(work, bootstrap, source, sink, cfg, expected_words, master)
         app.start()
-        _wait(lambda: app is not None and app.batches_since(0), 180, "the first batch")
+        wait_until(lambda: app is not None and app.batches_since(0), 180, "the first batch",
+                   poll_s=POLL_S)
         result.rss_mib.append(app.rss_mib())
         for fault in faults:
             time.sleep(rng.uniform(*cfg.fault_gap_s))
             _fault(fault, app, cfg, home, bootstrap, result,
                    release if _on_block_path(fault) else None)
         feeder.allow(cfg.records)
-        _wait(lambda: feeder is not None and feeder.done.is_set(), cfg.timeout_s, "the feeder")
-        _wait_progressing(lambda: (app.out / "done").exists(), app, min(cfg.timeout_s, 300),
-                          cfg.drain_limit_s, "the totals to reach the input")
+        wait_until(lambda: feeder is not None and feeder.done.is_set(), cfg.timeout_s,
+                   "the feeder", poll_s=POLL_S)
+        # After many restarts under the ``all`` down-time policy the application re-runs
+        # every missed batch, which on a small machine can take longer than any fixed
+        # bound (docs/decisions/chaos-harness-pacing.md): the wait lasts while batches
+        # complete, up to ``drain_limit_s`` in all.
+        wait_until(lambda: (app.out / "done").exists(), cfg.drain_limit_s,
+                   "the totals to reach the input", poll_s=PROGRESS_POLL_S,
+                   progress=lambda: len(app.batches_since(0)),
+                   stall_s=min(cfg.timeout_s, 300),
+                   details=lambda: f"{len(app.batches_since(0))} batches completed")
         done_at = time.time()
-        _wait(lambda: len(app.batches_since(done_at)) >= 3, 120, "three more batches")
+        wait_until(lambda: len(app.batches_since(done_at)) >= 3, 120, "three more batches",
+                   poll_s=POLL_S)
         result.rss_mib.append(app.rss_mib())
         app.kill()
         _verify(app, feeder, bootstrap, sink, result)
@@ -211,7 +198,8 @@ def _restart_and_compare(app: App, bootstrap: str, result: ChaosResult) -> None:
     recovered = app.work / f"recovered-{app.restarts}.json"
     started = time.time()
     app.start()
-    _wait(lambda: bool(app.batches_since(started)), 300, "the first batch after a restart")
+    wait_until(lambda: bool(app.batches_since(started)), 300,
+               "the first batch after a restart", poll_s=POLL_S)
     result.recoveries_s.append(app.batches_since(started)[0]["wall"] - started)
     if before is not None and recovered.exists():
         after = json.loads(recovered.read_text())
@@ -245,9 +233,10 @@ def _fault(fault: str, app: App, cfg: ChaosConfig, home: Path, bootstrap: str,
             os.kill(jvm, 9)
             result.kills["executor"] += 1
             try:  # relaunched by the driver's tracker on a live executor
-                _wait(lambda: app.receiver_starts() > starts and
-                      app.receiver_worker_pid(1) not in (daemon, -1), 180,
-                      "the receiver to be relaunched on another executor")
+                wait_until(lambda: app.receiver_starts() > starts and
+                           app.receiver_worker_pid(1) not in (daemon, -1), 180,
+                           "the receiver to be relaunched on another executor",
+                           poll_s=POLL_S)
             except TimeoutError as exc:
                 result.problems.append(str(exc))
     elif fault == "broker":
@@ -275,12 +264,14 @@ def _kill_point_fault(point: str, app: App, bootstrap: str, result: ChaosResult,
     if release is not None:
         release()  # the blocks that will cross it
     try:
-        _wait(lambda: not arm.exists(), 180, f"kill point {point} to fire")
+        wait_until(lambda: not arm.exists(), 180, f"kill point {point} to fire",
+                   poll_s=POLL_S)
         if point == "receiver.after_store_before_report":
-            _wait(lambda: app.receiver_worker_pid() not in (seen, -1), 120,
-                  f"the receiver that died at {point} to be relaunched")
+            wait_until(lambda: app.receiver_worker_pid() not in (seen, -1), 120,
+                       f"the receiver that died at {point} to be relaunched", poll_s=POLL_S)
         else:
-            _wait(lambda: not app.alive(), 30, f"the driver to die at {point}")
+            wait_until(lambda: not app.alive(), 30, f"the driver to die at {point}",
+                       poll_s=POLL_S)
     except TimeoutError as exc:
         arm.unlink(missing_ok=True)
         result.problems.append(f"kill point {point}: {exc}")
