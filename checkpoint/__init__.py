@@ -1,5 +1,7 @@
-"""checkpoint: checkpoints and getOrCreate recovery (Spark's Checkpoint, CheckpointWriter,
-CheckpointReader). See :mod:`checkpoint.recovery` for what is recovered today."""
+"""checkpoint: the checkpoint format and its files (Spark's Checkpoint data part,
+CheckpointWriter, CheckpointReader): versioned Avro, written atomically, read
+newest-valid-first. It knows no DStream and imports nothing from ``driver``: what
+goes into a checkpoint and how a restart uses it is :mod:`driver.recovery`."""
 
 from checkpoint.errors import CheckpointError
 

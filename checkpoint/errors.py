@@ -21,6 +21,18 @@ class IncompatibleGraphError(CheckpointError):
     """The setup code builds a graph the checkpoint cannot be restored into."""
 
 
+class GraphNotCheckpointableError(CheckpointError):
+    """Checkpointing is on and the DStream graph cannot be pickled into checkpoints.
+
+    ``function`` names the user function that failed to pickle (qualified name,
+    file and line), or is None when the culprit is not a function.
+    """
+
+    def __init__(self, message: str, function: str | None = None) -> None:
+        super().__init__(message)
+        self.function = function
+
+
 class GraphLoadError(CheckpointError):
     """The checkpoint's pickled DStream graph cannot be loaded (changed or missing code)."""
 

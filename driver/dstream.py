@@ -61,7 +61,7 @@ class DStream:
         self._zero_ms: int | None = None
         self._id = ssc._graph.register(self)
 
-    # -- checkpointing of the graph (checkpoint.graph_pickle) ---------------------
+    # -- checkpointing of the graph (driver.graph_pickle) ---------------------
 
     def __getstate__(self) -> dict[str, Any]:
         # The context belongs to the process; generated RDDs cannot leave it (state

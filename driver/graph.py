@@ -1,8 +1,15 @@
-"""DStreamGraph: every DStream of a context, its inputs and its output operations."""
+"""DStreamGraph: every DStream of a context, its inputs and its output operations.
+
+The graph is also what checkpoints read and restore of the streams: their shape
+(fingerprints, in order), the newest durable state of each stateful stream and
+where a restart puts restored state back. Recovery goes through these methods,
+never through a stream's own attributes.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from walstream.errors import ConfigError
@@ -62,11 +69,66 @@ class DStreamGraph:
         for out in self.outputs:
             out._clear_metadata(t)
 
+    def shape(self) -> tuple[str, ...]:
+        """Every stream's fingerprint (kind, parameters, parents), in graph order."""
+        return tuple(s._fingerprint() for s in self.streams)
+
     def fingerprint(self) -> str:
         """A digest of the graph's shape: streams, operators, outputs in order."""
-        shape = ";".join(s._fingerprint() for s in self.streams)
+        shape = ";".join(self.shape())
         return hashlib.sha256(f"{self.batch_ms}|{shape}".encode()).hexdigest()[:16]
+
+    def durable_state(self) -> list[tuple[str, int, str]]:
+        """``(stream fingerprint, batch time, path)`` of each stateful stream's newest
+        state whose reliable checkpoint is complete (or that was restored at start)."""
+        state = []
+        for s in self.streams:
+            if not s._must_checkpoint:
+                continue
+            # A copy: the checkpoint writer's thread clears old RDDs (cleanup after the
+            # previous checkpoint) while this runs on the job generator's thread.
+            done = [(ts, path) for ts, rdd in list(s._generated.items())
+                    if (path := state_path(rdd)) is not None]
+            if done:
+                ts, path = max(done, key=lambda x: x[0])
+                state.append((s._fingerprint(), ts, path))
+        return state
+
+    def restore_state(self, fingerprint: str, time_ms: int, rdd: Any, path: str) -> bool:
+        """Make ``rdd``, read back from ``path``, the state of the stream with
+        ``fingerprint`` at ``time_ms``; False when no stream of this graph has it."""
+        for s in self.streams:
+            if s._fingerprint() == fingerprint:
+                # A checkpoint file read back is not "checkpointed" to Spark
+                # (isCheckpointed() is False), yet it is this stream's state: remember
+                # where it lives, so that checkpoints written before new state is
+                # checkpointed still name it. A checkpoint naming no state would make
+                # the next restart recompute state from batches cleanup already dropped.
+                rdd._walstream_state_path = path
+                s._generated[time_ms] = rdd
+                return True
+        return False
+
+    def state_floor(self, state_times: Mapping[str, int], zero_ms: int) -> int | None:
+        """The oldest batch time whose state a restart restores, given each stateful
+        stream's restored state time (by fingerprint); a stream with none restarts
+        from ``zero_ms``. None: no stateful stream."""
+        floors = [state_times.get(s._fingerprint(), zero_ms)
+                  for s in self.streams if s._must_checkpoint]
+        return min(floors) if floors else None
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"id": s._id, "kind": s._kind, "parents": [p._id for p in s._parents]}
                 for s in self.streams]
+
+
+def state_path(rdd: Any) -> str | None:
+    """Where a state RDD's data is durable: the state restored at start-up, or an
+    RDD whose reliable checkpoint is complete; None while it is not durable."""
+    restored = getattr(rdd, "_walstream_state_path", None)
+    if restored is not None:
+        return str(restored)
+    try:
+        return str(rdd.getCheckpointFile()) if rdd.isCheckpointed() else None
+    except Exception:
+        return None

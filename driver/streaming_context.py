@@ -23,12 +23,24 @@ from typing import Any, ClassVar
 
 from pyspark.storagelevel import StorageLevel
 
+from checkpoint.data import CheckpointData
+from checkpoint.files import CheckpointWriter, prepare_directory
 from driver.driver_gc import PeriodicDriverGC
 from driver.dstream import DStream
 from driver.durations import to_ms
 from driver.engine import EngineConfig, StreamingEngine
 from driver.graph import DStreamGraph
+from driver.graph_pickle import dumps_graph, pickle_graph
 from driver.listener import StreamingListener
+from driver.recovery import (
+    POLICY_KEY,
+    ContextView,
+    build_checkpoint,
+    get_or_create,
+    restore_state,
+    state_floor,
+    times_to_resubmit,
+)
 from driver.warm_up import warm_up_workers
 from walstream.errors import ConfigError
 
@@ -84,8 +96,8 @@ class StreamingContext:
         self._driver_gc: PeriodicDriverGC | None = None
         self._listeners: list[StreamingListener] = []
         self._receiver_count = 0
-        self._recovered: Any = None  # CheckpointData when getOrCreate found a checkpoint
-        self._checkpoint_writer: Any = None
+        self._recovered: CheckpointData | None = None  # set by getOrCreate (resume_from)
+        self._checkpoint_writer: CheckpointWriter | None = None
         self._graph_bytes: bytes | bool | None = False  # False: not pickled yet
         self._stopped_on_error = False  # stopped by the engine's fatal error, not by stop()
 
@@ -93,21 +105,33 @@ class StreamingContext:
         """The graph for checkpoints, pickled once: after start it no longer changes
         (generated RDDs are not part of it)."""
         if self._graph_bytes is False:
-            from checkpoint.graph_pickle import dumps_graph
-
             self._graph_bytes = dumps_graph(self._graph)
         return self._graph_bytes if isinstance(self._graph_bytes, bytes) else None
 
-    def _adopt_graph(self, graph: DStreamGraph) -> None:
-        """Take a graph restored from a checkpoint as this context's own."""
-        if graph.batch_ms != self._batch_ms:
+    @classmethod
+    def _around_graph(cls, sparkContext: Any, batch_ms: int,  # noqa: N803
+                      graph: DStreamGraph) -> StreamingContext:
+        """A context whose graph is one restored from a checkpoint."""
+        ssc = cls(sparkContext, batch_ms / 1000)
+        if graph.batch_ms != ssc._batch_ms:
             raise ConfigError(f"the graph's batch duration {graph.batch_ms} ms is not the "
-                              f"context's {self._batch_ms} ms")
+                              f"context's {ssc._batch_ms} ms")
         for stream in graph.streams:
-            stream._ssc = self
-        self._graph = graph
+            stream._ssc = ssc
+        ssc._graph = graph
         ids = [int(s.stream_id) for s in graph.streams if hasattr(s, "stream_id")]
-        self._receiver_count = max(ids, default=-1) + 1
+        ssc._receiver_count = max(ids, default=-1) + 1
+        return ssc
+
+    # -- what recovery sees of this context (driver.recovery.RecoverableContext) ----
+
+    def recovery_view(self) -> ContextView:
+        """The graph, batch duration, conf and checkpoint directory, for recovery."""
+        return ContextView(self._graph, self._batch_ms, self._conf(), self._checkpoint_dir)
+
+    def resume_from(self, data: CheckpointData) -> None:
+        """Make the next ``start()`` a restart from checkpoint ``data``."""
+        self._recovered = data
 
     # -- context management --------------------------------------------------------
 
@@ -115,9 +139,8 @@ class StreamingContext:
     def getOrCreate(cls, checkpointPath: str,  # noqa: N802, N803
                     setupFunc: Callable[[], StreamingContext]) -> StreamingContext:  # noqa: N803
         """The context from the checkpoint at ``checkpointPath``, else ``setupFunc()``."""
-        from checkpoint.recovery import get_or_create
-
-        return get_or_create(checkpointPath, setupFunc)
+        ssc: StreamingContext = get_or_create(checkpointPath, setupFunc, cls._around_graph)
+        return ssc
 
     @classmethod
     def getActive(cls) -> StreamingContext | None:  # noqa: N802
@@ -167,74 +190,96 @@ class StreamingContext:
         return f"{name}-{uuid.uuid4().hex[:8]}"
 
     def start(self) -> None:
-        from driver.input_streams import ReceiverInputDStream
+        """Start the streams. The steps run in the order the durability protocol needs:
 
+        1. Check that this context may start: once, and one active context per driver.
+        2. Validate the graph and, with checkpointing on, pickle it: a graph that could
+           not recover fails here, before any WAL, port or thread exists.
+        3. Build the engine's config from the Spark conf (bad settings fail here too) and
+           warm the executors' Python workers (that overlaps the replay in step 6).
+        4. Initialize the graph at its zero time: the checkpoint's on a restart, so
+           windows land on the same times as before the crash.
+        5. Construct the checkpoint writer and the engine.
+        6. Replay the driver WAL into the block tracker: the queues and allocations are
+           the logged ones before anything can add to them.
+        7. On a restart, restore the state RDDs and choose the batches to resubmit.
+           Step 6 comes first because a batch allocated (logged) after the last
+           durable checkpoint is pending whatever the down-time policy says.
+        8. Start the engine at the first new batch time: endpoint, receivers, timer.
+        9. Start the periodic driver GC; the context is active.
+        """
         with StreamingContext._active_lock:
-            if self._state == "active":
-                raise ConfigError("StreamingContext has already been started")
-            if self._state == "stopped":
-                raise ConfigError("StreamingContext has already been stopped")
-            if StreamingContext._active is not None:
-                raise ConfigError("Only one StreamingContext may be started in this JVM. "
-                                  "Currently running StreamingContext was started at "
-                                  f"{StreamingContext._active}")
-            # As Spark (DStream.validateAtStart): the SparkContext's checkpoint directory
-            # is what state and inverse windows need; ssc.checkpoint() sets it too.
-            self._graph.validate(self._checkpoint_dir or self._sc.getCheckpointDir())
-            if self._checkpoint_dir is not None:
-                from checkpoint.graph_pickle import pickle_graph
-
-                # Before anything starts, as Spark's start() serializes its checkpoint:
-                # a graph that cannot go into checkpoints raises here, naming the
-                # function, instead of leaving an app that cannot recover. The bytes
-                # checkpoints hold are pickled again after initialize() below (what
-                # the streams set up there is part of them); None (a queueStream,
-                # warned about) stays None.
-                if pickle_graph(self._graph) is None:
-                    self._graph_bytes = None
+            self._check_can_start()                                     # 1
+            self._validate_graph()                                      # 2
             conf = self._conf()
-            warm_up_workers(self._sc, conf)  # overlaps the WAL replay below
-            receivers = {s.stream_id: s.receiver for s in self._graph.streams
-                         if isinstance(s, ReceiverInputDStream)}
-            cfg = EngineConfig.from_spark_conf(
-                conf, app_id=self._app_id(conf), batch_interval_ms=self._batch_ms,
-                bootstrap_servers=resolve_bootstrap(conf), remember_ms=0)
+            cfg = self._engine_config(conf)                             # 3
+            warm_up_workers(self._sc, conf)
             first = (int(time.time() * 1000) // self._batch_ms + 1) * self._batch_ms
             data = self._recovered
-            # A recovered graph keeps its original zero time: windows land on the same times.
-            self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)
+            self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)  # 4
             cfg = EngineConfig(**{**cfg.__dict__, "remember_ms": self._graph.max_remember_ms()})
-            direct = self._driver_streams()
-            checkpointer = None
-            if self._checkpoint_dir is not None:
-                from checkpoint.files import CheckpointWriter
-
-                # A checkpoint that cannot be written stops the app like a failed job
-                # (awaitTermination raises it): running on without checkpoints would
-                # silently lose recoverability.
-                self._checkpoint_writer = CheckpointWriter(
-                    self._checkpoint_dir, on_error=self._on_checkpoint_error)
-                checkpointer = self._write_checkpoint
-            self._engine = StreamingEngine(
-                self._sc, cfg, receivers, self._graph.generate_jobs,
-                clear_metadata=self._graph.clear_metadata, checkpointer=checkpointer,
-                driver_stream_ids=[d.stream_id for d in direct],
-                before_allocate=functools.partial(_before_allocate, direct),
-                clean_driver_streams=functools.partial(_clean_driver_streams, direct),
-                on_fatal=self._stop_on_fatal_error)
-            for listener in self._listeners:
-                self._engine.add_listener(listener)
+            engine = self._engine = self._build_engine(cfg)            # 5, 6
             resubmit: list[int] = []
-            if data is not None:
-                from checkpoint.recovery import POLICY_KEY, restore_state, times_to_resubmit
-
-                restore_state(self, data)
+            if data is not None:                                        # 7
+                restore_state(self._sc, self._graph, data)
                 resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"),
-                                             self._engine.tracker.allocated_batch_times())
-            self._engine.start(first, resubmit=resubmit)
-            self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)
+                                             engine.tracker.allocated_batch_times())
+            engine.start(first, resubmit=resubmit)                      # 8
+            self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)  # 9
             self._state = "active"
             StreamingContext._active = self
+
+    def _check_can_start(self) -> None:
+        if self._state == "active":
+            raise ConfigError("StreamingContext has already been started")
+        if self._state == "stopped":
+            raise ConfigError("StreamingContext has already been stopped")
+        if StreamingContext._active is not None:
+            raise ConfigError("Only one StreamingContext may be started in this JVM. "
+                              "Currently running StreamingContext was started at "
+                              f"{StreamingContext._active}")
+
+    def _validate_graph(self) -> None:
+        # As Spark (DStream.validateAtStart): the SparkContext's checkpoint directory
+        # is what state and inverse windows need; ssc.checkpoint() sets it too.
+        self._graph.validate(self._checkpoint_dir or self._sc.getCheckpointDir())
+        # As Spark's start() serializes its checkpoint: a graph that cannot go into
+        # checkpoints raises here, naming the function. The bytes checkpoints hold
+        # are pickled again after initialize() (what the streams set up there is part
+        # of them); None (a queueStream, warned about) stays None.
+        if self._checkpoint_dir is not None and pickle_graph(self._graph) is None:
+            self._graph_bytes = None
+
+    def _engine_config(self, conf: dict[str, str]) -> EngineConfig:
+        return EngineConfig.from_spark_conf(
+            conf, app_id=self._app_id(conf), batch_interval_ms=self._batch_ms,
+            bootstrap_servers=resolve_bootstrap(conf), remember_ms=0)
+
+    def _build_engine(self, cfg: EngineConfig) -> StreamingEngine:
+        """The checkpoint writer and the engine, wired to the graph; nothing runs yet."""
+        from driver.input_streams import ReceiverInputDStream
+
+        receivers = {s.stream_id: s.receiver for s in self._graph.streams
+                     if isinstance(s, ReceiverInputDStream)}
+        direct = self._driver_streams()
+        checkpointer = None
+        if self._checkpoint_dir is not None:
+            # A checkpoint that cannot be written stops the app like a failed job
+            # (awaitTermination raises it): running on without checkpoints would
+            # silently lose recoverability.
+            self._checkpoint_writer = CheckpointWriter(
+                self._checkpoint_dir, on_error=self._on_checkpoint_error)
+            checkpointer = self._write_checkpoint
+        engine = StreamingEngine(
+            self._sc, cfg, receivers, self._graph.generate_jobs,
+            clear_metadata=self._graph.clear_metadata, checkpointer=checkpointer,
+            driver_stream_ids=[d.stream_id for d in direct],
+            before_allocate=functools.partial(_before_allocate, direct),
+            clean_driver_streams=functools.partial(_clean_driver_streams, direct),
+            on_fatal=self._stop_on_fatal_error)
+        for listener in self._listeners:
+            engine.add_listener(listener)
+        return engine
 
     def _stop_on_fatal_error(self, exc: BaseException) -> None:
         """The engine cannot go on (a batch could not be prepared): stop, as Spark
@@ -256,18 +301,17 @@ class StreamingContext:
 
     def _write_checkpoint(self, t: int, on_done: Callable[[], None] | None) -> None:
         """After generating batch ``t`` (pending) and after it completed (then clean)."""
-        from checkpoint.recovery import build_checkpoint, state_floor
-
-        engine = self._engine
-        if engine is None or self._checkpoint_writer is None:
+        engine, writer = self._engine, self._checkpoint_writer
+        if engine is None or writer is None:
             return
         pending = engine.generator.pending_times()
         if on_done is None and t not in pending:
             pending.append(t)  # generated, maybe not yet submitted
-        data = build_checkpoint(self, t, pending)
+        data = build_checkpoint(self._graph, t, pending, app_id=engine.config.app_id,
+                                conf=self._conf(), graph_bytes=self._pickled_graph())
         done = on_done
         if on_done is not None:
-            floor = state_floor(self, data)
+            floor = state_floor(self._graph, data)
 
             def done() -> None:
                 # This checkpoint is durable: a restart restores state from its state
@@ -276,7 +320,7 @@ class StreamingContext:
                 engine.keep_batches_after_ms = floor
                 on_done()
 
-        self._checkpoint_writer.write(data, done)
+        writer.write(data, done)
 
     def awaitTermination(self, timeout: float | None = None) -> None:  # noqa: N802
         if self._engine is None:
@@ -340,8 +384,6 @@ class StreamingContext:
         self._graph.remember_ms = to_ms(duration, "remember duration")
 
     def checkpoint(self, directory: str) -> None:
-        from checkpoint.files import prepare_directory
-
         prepare_directory(directory)  # 0700 (and rdds/), before Spark makes them 0755
         self._checkpoint_dir = directory
         self._sc.setCheckpointDir(os.path.join(directory, "rdds") if "://" not in directory

@@ -1,4 +1,15 @@
-"""The layers between the top-level packages: the executor side loads no driver code.
+"""The layers between the top-level packages: imports flow one way, and the
+executor side loads no driver code.
+
+The order, lowest first (a module imports only from its own unit or a lower layer;
+two units on one layer import nothing of each other)::
+
+    5  walstream entry: walstream/__init__ (lazy names), cli, testing/
+    4  driver
+    3  receiver
+    2  walstream.rpc
+    1  wal    checkpoint
+    0  walstream core: errors, avro_codec, killpoints, broker, kafka_logging, ...
 
 ``wal`` and ``receiver`` run on executors and import nothing from ``driver``, at
 module level or inside a function; the wire protocol both sides speak
@@ -21,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN: dict[str, frozenset[str]] = {
     "wal": frozenset({"driver", "receiver", "checkpoint"}),
     "receiver": frozenset({"driver", "checkpoint"}),
+    "checkpoint": frozenset({"driver", "receiver", "wal"}),
     "walstream/rpc": frozenset({"driver", "receiver", "checkpoint"}),
 }
 
@@ -34,6 +46,69 @@ def _imported_modules(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module))
     return found
+
+
+# walstream/worker_daemon.py is core: it names the modules a forked Python worker
+# preloads as strings and imports none of them itself.
+ENTRY = frozenset({"walstream/__init__.py", "walstream/cli.py"})
+
+
+def _unit_of_file(rel: str) -> tuple[str, int]:
+    """The layer unit a file of the repository belongs to, and its rank."""
+    if rel in ENTRY or rel.startswith("walstream/testing/"):
+        return "walstream entry", 5
+    if rel.startswith("walstream/rpc/"):
+        return "walstream.rpc", 2
+    top = rel.split("/")[0]
+    return {"walstream": ("walstream core", 0), "wal": ("wal", 1),
+            "checkpoint": ("checkpoint", 1), "receiver": ("receiver", 3),
+            "driver": ("driver", 4)}[top]
+
+
+def _unit_of_module(name: str) -> tuple[str, int] | None:
+    """The layer unit of an imported module name; None when it is not ours."""
+    parts = name.split(".")
+    if parts[0] not in {"walstream", "wal", "checkpoint", "receiver", "driver"}:
+        return None
+    path = ROOT.joinpath(*parts)
+    rel = (f"{'/'.join(parts)}/__init__.py" if path.is_dir() else f"{'/'.join(parts)}.py")
+    return _unit_of_file(rel)
+
+
+def _imports_with_names(path: Path) -> list[tuple[int, str]]:
+    """Like :func:`_imported_modules`, with ``from pkg import mod`` read as ``pkg.mod``
+    when ``mod`` is a module of ours."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                sub = ROOT.joinpath(*node.module.split("."), alias.name)
+                is_module = sub.is_dir() or sub.with_suffix(".py").exists()
+                found.append((node.lineno, f"{node.module}.{alias.name}" if is_module
+                              else node.module))
+    return found
+
+
+def test_imports_between_packages_flow_one_way() -> None:
+    bad, edges = [], set()
+    for top in ("walstream", "wal", "checkpoint", "receiver", "driver"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            unit, rank = _unit_of_file(rel)
+            for line, name in _imports_with_names(path):
+                target = _unit_of_module(name)
+                if target is None or target[0] == unit:
+                    continue
+                edges.add((unit, target[0]))
+                if target[1] >= rank:
+                    bad.append(f"{rel}:{line}: {unit} (layer {rank}) imports {name} "
+                               f"({target[0]}, layer {target[1]})")
+    assert not bad, "\n".join(bad)
+    # The walk saw the imports it checks: the driver builds on every lower layer.
+    assert {("driver", u) for u in ("checkpoint", "receiver", "walstream.rpc", "wal",
+                                    "walstream core")} <= edges, sorted(edges)
 
 
 def _run(code: str) -> None:

@@ -62,7 +62,7 @@ def _broker_stop(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from checkpoint.inspect import main_inspect
+    from driver.checkpoint_inspect import main_inspect
 
     # The cluster: --bootstrap, else the one the checkpoint's conf names (as the
     # restarted app would use), else the environment or the embedded broker.

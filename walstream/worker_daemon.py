@@ -15,7 +15,7 @@ other threads run. So this daemon preloads only modules that start no thread
 (``PRELOAD``; ``tests/walstream/test_worker_daemon.py`` checks it in a fresh
 process), and hands over to PySpark's own daemon loop unchanged.
 
-A context restored by ``StreamingContext.getOrCreate`` (``checkpoint.recovery``)
+A context restored by ``StreamingContext.getOrCreate`` (``driver.recovery``)
 and one made by ``driver.spark.create_spark_context`` set ``spark.python.daemon.module``
 to this module unless the application set that key itself (``pyspark.daemon``
 turns the preloading off). A SparkContext the application builds itself keeps

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from checkpoint.graph_pickle import GraphNotCheckpointableError
+from checkpoint.errors import GraphNotCheckpointableError
 from driver import StreamingContext
 
 pytestmark = pytest.mark.spark

@@ -15,7 +15,6 @@ import pytest
 
 from checkpoint.errors import CheckpointError, UnsafeCheckpointDirError
 from checkpoint.files import CheckpointWriter, prepare_directory, read_latest, write_checkpoint
-from checkpoint.recovery import get_or_create
 from driver.streaming_context import StreamingContext
 from tests.checkpoint.helpers import make_data
 
@@ -135,7 +134,7 @@ def test_unsafe_checkpoint_directory_is_refused_for_reading(kind: str, tmp_path:
         raise AssertionError("setup must not run over a refused directory")
 
     with pytest.raises(CheckpointError, match=why):
-        get_or_create(str(cp), setup)
+        StreamingContext.getOrCreate(str(cp), setup)
 
 
 def test_unsafe_state_rdd_directory_is_refused(tmp_path: Path) -> None:

@@ -1,5 +1,11 @@
 """getOrCreate and restarts: rebuild the graph, restore its data, reschedule batches.
 
+The driver side of checkpoints, beside StreamingContext as Spark keeps its
+``Checkpoint`` beside its context: the ``checkpoint`` package holds the format
+and the atomic files and knows no DStream. A context hands recovery what it
+needs through :class:`RecoverableContext` (a :class:`ContextView` of itself and
+``resume_from``), never through its attributes.
+
 Recovery protocol for ``get_or_create(dir, setup)`` when ``dir`` has a valid
 checkpoint (newest that reads; corrupt ones are skipped with a warning):
 
@@ -30,17 +36,18 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
-from checkpoint.data import CheckpointData
+from checkpoint.data import CheckpointData, StateRdd
 from checkpoint.errors import CheckpointError, IncompatibleGraphError
 from checkpoint.files import read_latest
+from driver.graph import DStreamGraph
+from driver.graph_pickle import loads_graph
 from walstream import worker_daemon
 from walstream.jvm_archive import use_archive
-
-if TYPE_CHECKING:
-    from driver.streaming_context import StreamingContext
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +56,33 @@ UPGRADE_KEY = "spark.walstream.recovery.upgrade"
 UPGRADE_ENV = "WALSTREAM_RECOVERY_UPGRADE"
 
 
-def get_or_create(checkpoint_path: str,
-                  setup: Callable[[], StreamingContext]) -> StreamingContext:
+@dataclass(frozen=True)
+class ContextView:
+    """What recovery reads of a StreamingContext, handed over by the context."""
+
+    graph: DStreamGraph
+    batch_ms: int
+    conf: Mapping[str, str]
+    checkpoint_dir: str | None
+
+
+@runtime_checkable
+class RecoverableContext(Protocol):
+    """The context as recovery sees it: a view of itself, PySpark's ``checkpoint``,
+    and ``resume_from``, which makes its next ``start()`` a restart from ``data``."""
+
+    def recovery_view(self) -> ContextView: ...
+
+    def checkpoint(self, directory: str) -> None: ...
+
+    def resume_from(self, data: CheckpointData) -> None: ...
+
+
+def get_or_create(checkpoint_path: str, setup: Callable[[], Any],
+                  restore: Callable[[Any, int, DStreamGraph], Any]) -> Any:
+    """Protocol step 1: the context from the newest valid checkpoint at
+    ``checkpoint_path``, else ``setup()``. ``restore(spark_context, batch_ms, graph)``
+    makes a context around a graph restored from a checkpoint."""
     # Before anything can start the driver JVM: a restart maps Spark's classes from
     # the class archive instead of loading them (walstream/jvm_archive.py).
     use_archive()
@@ -58,28 +90,29 @@ def get_or_create(checkpoint_path: str,
     if data is None:
         return _from_setup(checkpoint_path, setup)
     if data.graph is not None and not upgrade_requested(data):
-        ssc = _restore(checkpoint_path, data)
+        ssc = _restore(checkpoint_path, data, restore)
     else:
         if data.graph is None:
             log.warning("checkpoint %d holds no graph (it could not be pickled when written): "
                         "rebuilding it with setupFunc", data.checkpoint_time_ms)
         ssc = _from_setup(checkpoint_path, setup)
-        check_compatible(ssc, data)
-    ssc._recovered = data
+        check_compatible(ssc.recovery_view(), data)
+    ssc.resume_from(data)
     log.info("recovering from checkpoint %d (%d pending batches)", data.checkpoint_time_ms,
              len(data.pending_times_ms))
     return ssc
 
 
-def _from_setup(checkpoint_path: str, setup: Callable[[], StreamingContext]) -> StreamingContext:
+def _from_setup(checkpoint_path: str, setup: Callable[[], Any]) -> RecoverableContext:
     ssc = setup()
-    if ssc is None or not hasattr(ssc, "_graph"):
+    if not isinstance(ssc, RecoverableContext):
         raise CheckpointError("setupFunc must return a StreamingContext")
-    if ssc._checkpoint_dir is None:
+    where = ssc.recovery_view().checkpoint_dir
+    if where is None:
         ssc.checkpoint(checkpoint_path)
-    elif os.path.abspath(ssc._checkpoint_dir) != os.path.abspath(checkpoint_path):
+    elif os.path.abspath(where) != os.path.abspath(checkpoint_path):
         raise CheckpointError(
-            f"setupFunc set checkpoint directory {ssc._checkpoint_dir!r}, but getOrCreate "
+            f"setupFunc set checkpoint directory {where!r}, but getOrCreate "
             f"was given {checkpoint_path!r}: they must be the same")
     return ssc
 
@@ -135,20 +168,18 @@ def _master_given() -> bool:
     return "--master" in submit or "spark.master" in submit or bool(os.environ.get("MASTER"))
 
 
-def _restore(checkpoint_path: str, data: CheckpointData) -> StreamingContext:
+def _restore(checkpoint_path: str, data: CheckpointData,
+             restore: Callable[[Any, int, DStreamGraph], Any]) -> RecoverableContext:
     """PySpark's getOrCreate with a checkpoint: no setupFunc; the SparkContext is the
     running one, else a new one from the checkpoint's conf (new master, host, ports)."""
     from pyspark import SparkConf, SparkContext
 
-    from checkpoint.graph_pickle import loads_graph
-    from driver.streaming_context import StreamingContext
+    from driver.spark import spark_environment
 
     assert data.graph is not None
     graph = loads_graph(data.graph)  # before any SparkContext: fail fast, say why
     sc = SparkContext._active_spark_context
     if sc is None:
-        from driver.spark import spark_environment
-
         spark_environment()
         SparkContext._ensure_initialized()  # the gateway, so SparkConf() reads the new env
         new = dict(SparkConf().getAll())
@@ -161,8 +192,7 @@ def _restore(checkpoint_path: str, data: CheckpointData) -> StreamingContext:
         conf = SparkConf(loadDefaults=False).setAll(
             list(recovered_conf(data.conf, new).items()))
         sc = SparkContext(conf=conf)
-    ssc = StreamingContext(sc, data.batch_ms / 1000)
-    ssc._adopt_graph(graph)
+    ssc: RecoverableContext = restore(sc, data.batch_ms, graph)
     ssc.checkpoint(checkpoint_path)
     return ssc
 
@@ -173,15 +203,17 @@ def _stateful(shape: list[str] | tuple[str, ...]) -> list[str]:
                                               "reduceByKeyAndWindow"))]
 
 
-def check_compatible(ssc: StreamingContext, data: CheckpointData) -> None:
-    shape = [s._fingerprint() for s in ssc._graph.streams]
-    if data.batch_ms != ssc._batch_ms:
+def check_compatible(view: ContextView, data: CheckpointData) -> None:
+    """Protocol step 1 on the setup path: the graph ``setupFunc`` built must be the
+    checkpoint's, or (upgrade mode) have the same inputs and stateful operators."""
+    shape = list(view.graph.shape())
+    if data.batch_ms != view.batch_ms:
         raise IncompatibleGraphError(
             f"the checkpoint's batch duration is {data.batch_ms} ms, the code's "
-            f"{ssc._batch_ms} ms; delete the checkpoint directory to start afresh")
-    if ssc._graph.fingerprint() == data.fingerprint:
+            f"{view.batch_ms} ms; delete the checkpoint directory to start afresh")
+    if view.graph.fingerprint() == data.fingerprint:
         return
-    upgrade = upgrade_enabled(ssc._conf())
+    upgrade = upgrade_enabled(view.conf)
     old_state, new_state = _stateful(data.graph_shape), _stateful(shape)
     if upgrade and old_state == new_state:
         log.warning("upgrade mode: restoring the checkpoint into a changed graph "
@@ -225,71 +257,32 @@ def times_to_resubmit(data: CheckpointData, first_new_ms: int, policy: str,
     return sorted(set(data.pending_times_ms) | set(chosen))
 
 
-def restore_state(ssc: StreamingContext, data: CheckpointData) -> None:
-    """Reload state RDDs from their reliable checkpoint files."""
-    sc = ssc.sparkContext
-    by_fp = {s._fingerprint(): s for s in ssc._graph.streams}
+def restore_state(sc: Any, graph: DStreamGraph, data: CheckpointData) -> None:
+    """Protocol step 2: reload state RDDs from their reliable checkpoint files."""
     for entry in data.state_rdds:
-        stream = by_fp.get(entry.stream)
-        if stream is None:
-            log.warning("checkpointed state of %s has no stream in the new graph", entry.stream)
-            continue
         rdd = sc._checkpointFile(entry.path, sc.serializer)
-        # A checkpoint file read back is not "checkpointed" to Spark (isCheckpointed()
-        # is False), yet it is this stream's state: remember where it lives, so that
-        # checkpoints this run writes before it checkpoints new state still name it.
-        # Without this such a checkpoint listed no state, and a restart from it
-        # recomputed the state from batches that cleanup had already dropped: the
-        # running totals lost every batch before the old state RDD.
-        rdd._walstream_state_path = entry.path
-        stream._generated[entry.time_ms] = rdd
+        if not graph.restore_state(entry.stream, entry.time_ms, rdd, entry.path):
+            log.warning("checkpointed state of %s has no stream in the new graph", entry.stream)
 
 
-def build_checkpoint(ssc: StreamingContext, t: int, pending: list[int]) -> CheckpointData:
-    import time
-
-    state = []
-    for s in ssc._graph.streams:
-        if not s._must_checkpoint:
-            continue
-        # A copy: the checkpoint writer's thread clears old RDDs (cleanup after the
-        # previous checkpoint) while this runs on the job generator's thread.
-        done = [(ts, path) for ts, rdd in list(s._generated.items())
-                if (path := state_path(rdd)) is not None]
-        if done:
-            ts, path = max(done, key=lambda x: x[0])
-            from checkpoint.data import StateRdd
-
-            state.append(StateRdd(s._fingerprint(), ts, path))
-    engine: Any = ssc._engine
+def build_checkpoint(graph: DStreamGraph, t: int, pending: list[int], *, app_id: str,
+                     conf: Mapping[str, str], graph_bytes: bytes | None) -> CheckpointData:
+    """The checkpoint of batch ``t``: ``pending`` batches, the newest durable state of
+    each stateful stream, the conf (without the driver's own host and ports, which a
+    restart takes from its environment) and the pickled graph."""
     return CheckpointData(
         checkpoint_time_ms=t, written_wall_ms=int(time.time() * 1000),
-        app_id=engine.config.app_id if engine is not None else "",
-        batch_ms=ssc._batch_ms, zero_time_ms=ssc._graph.zero_ms or 0,
-        fingerprint=ssc._graph.fingerprint(),
-        graph_shape=tuple(s._fingerprint() for s in ssc._graph.streams),
-        pending_times_ms=tuple(sorted(pending)), state_rdds=tuple(state),
-        conf={k: v for k, v in ssc._conf().items() if not k.startswith("spark.driver.")},
-        graph=ssc._pickled_graph())
+        app_id=app_id, batch_ms=graph.batch_ms, zero_time_ms=graph.zero_ms or 0,
+        fingerprint=graph.fingerprint(), graph_shape=graph.shape(),
+        pending_times_ms=tuple(sorted(pending)),
+        state_rdds=tuple(StateRdd(fp, ts, path) for fp, ts, path in graph.durable_state()),
+        conf={k: v for k, v in conf.items() if not k.startswith("spark.driver.")},
+        graph=graph_bytes)
 
 
-def state_floor(ssc: StreamingContext, data: CheckpointData) -> int | None:
+def state_floor(graph: DStreamGraph, data: CheckpointData) -> int | None:
     """The oldest batch time whose state a restart from ``data`` restores; the
     batches after it are recomputed from their inputs. None: no stateful stream.
     A stateful stream with no checkpointed RDD yet is recomputed from the start."""
-    times = {e.stream: e.time_ms for e in data.state_rdds}
-    floors = [times.get(s._fingerprint(), data.zero_time_ms)
-              for s in ssc._graph.streams if s._must_checkpoint]
-    return min(floors) if floors else None
-
-
-def state_path(rdd: Any) -> str | None:
-    """Where a state RDD's data is durable: the state restored at start-up, or an
-    RDD whose reliable checkpoint is complete; None while it is not durable."""
-    restored = getattr(rdd, "_walstream_state_path", None)
-    if restored is not None:
-        return str(restored)
-    try:
-        return str(rdd.getCheckpointFile()) if rdd.isCheckpointed() else None
-    except Exception:
-        return None
+    return graph.state_floor({e.stream: e.time_ms for e in data.state_rdds},
+                             data.zero_time_ms)

@@ -14,9 +14,9 @@ import pytest
 from checkpoint.data import CheckpointData
 from checkpoint.errors import GraphLoadError
 from checkpoint.files import read_latest, write_checkpoint
-from checkpoint.graph_pickle import dumps_graph, loads_graph
-from checkpoint.recovery import recovered_conf
 from driver.graph import DStreamGraph
+from driver.graph_pickle import dumps_graph, loads_graph
+from driver.recovery import recovered_conf
 
 
 def _data(graph: bytes | None) -> CheckpointData:

@@ -26,31 +26,18 @@ import functools
 import logging
 import pickle
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from checkpoint.errors import CheckpointError, GraphLoadError
-
-if TYPE_CHECKING:
-    from driver.dstream import DStream
-    from driver.graph import DStreamGraph
+from checkpoint.errors import GraphLoadError, GraphNotCheckpointableError
+from driver.dstream import DStream
+from driver.graph import DStreamGraph
+from driver.input_streams import QueueInputDStream
 
 log = logging.getLogger(__name__)
 
 
 #: How deep :func:`_innermost` follows closures looking for the function to name.
 _MAX_DEPTH = 20
-
-
-class GraphNotCheckpointableError(CheckpointError):
-    """Checkpointing is on and the DStream graph cannot be pickled into checkpoints.
-
-    ``function`` names the user function that failed to pickle (qualified name,
-    file and line), or is None when the culprit is not a function.
-    """
-
-    def __init__(self, message: str, function: str | None = None) -> None:
-        super().__init__(message)
-        self.function = function
 
 
 def _pickle_error(obj: Any) -> Exception | None:
@@ -107,8 +94,6 @@ def _describe(func: Any) -> str:
 
 def _is_graph_part(value: Any) -> bool:
     """A DStream, or a list of them (parents): checked as streams of their own."""
-    from driver.dstream import DStream
-
     return isinstance(value, DStream) or (
         isinstance(value, list | tuple) and bool(value)
         and all(isinstance(v, DStream) for v in value))
@@ -145,8 +130,6 @@ def pickle_graph(graph: DStreamGraph) -> bytes | None:
     part cannot be pickled."""
     from pyspark import cloudpickle
 
-    from driver.input_streams import QueueInputDStream
-
     queues = [s for s in graph.streams if isinstance(s, QueueInputDStream)]
     for stream in graph.streams:
         if not isinstance(stream, QueueInputDStream):
@@ -181,8 +164,6 @@ def dumps_graph(graph: DStreamGraph) -> bytes | None:
 
 def loads_graph(data: bytes) -> DStreamGraph:
     """The graph a checkpoint holds; :class:`GraphLoadError` says why it cannot load."""
-    from driver.graph import DStreamGraph
-
     try:
         graph = pickle.loads(data)
     except Exception as exc:

@@ -25,6 +25,9 @@ from typing import Any
 
 from checkpoint.errors import CheckpointError
 from checkpoint.files import read_latest
+from driver.received_block_tracker import ReceivedBlockTracker
+from driver.wal_conf import wal_options_from_conf
+from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
 # driver.streaming_context.CONF_BOOTSTRAP, named here so that inspect does not
 # import the Spark-facing context module.
@@ -34,10 +37,6 @@ CONF_BOOTSTRAP = "spark.walstream.kafka.bootstrapServers"
 def inspect_checkpoint(directory: str, bootstrap_servers: str | None,
                        default_bootstrap: Callable[[], str | None] = lambda: None,
                        ) -> dict[str, Any]:
-    from driver.received_block_tracker import ReceivedBlockTracker
-    from driver.wal_conf import wal_options_from_conf
-    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
-
     data = read_latest(directory)
     if data is None:
         raise CheckpointError(f"no valid checkpoint in {directory}")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from checkpoint.files import write_checkpoint
-from checkpoint.inspect import inspect_checkpoint
+from driver.checkpoint_inspect import inspect_checkpoint
 from driver.engine import EngineConfig
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.wal_conf import TOPIC_PREFIX_KEY
