@@ -7,6 +7,11 @@ The public ``driver.StreamingContext`` builds the DStream graph and drives this
 engine; the engine knows nothing of DStreams: it asks ``generate_jobs(t)`` for a
 batch's jobs.
 
+Start protocol: construction builds objects only; :meth:`StreamingEngine.recover`
+replays the driver WAL; :meth:`StreamingEngine.start` binds the endpoint, starts
+the bus, launches the receivers and starts the job generator, in the order its
+docstring numbers and justifies.
+
 Stop protocol (graceful): (1) stop the receivers (each flushes its last blocks,
 stored and reported); (2) keep generating batches until no block is unallocated;
 (3) wait for the running batches; (4) stop the timer and the scheduler; (5) let
@@ -143,6 +148,15 @@ class EngineConfig:
 
 
 class StreamingEngine:
+    """The engine's life: construct, :meth:`recover`, :meth:`start`, :meth:`stop`.
+
+    Construction only builds objects (the listener bus, the scheduler, the rate
+    controller) and keeps the callbacks: no WAL is opened, no thread started, no
+    port bound, so building an engine can neither fail on Kafka nor leave
+    anything running. :meth:`recover` replays the driver WAL; :meth:`start` runs
+    the remaining steps in the order its docstring gives.
+    """
+
     def __init__(
         self,
         sc: Any,
@@ -160,41 +174,60 @@ class StreamingEngine:
         called once, on the job generator's thread, after awaitTermination was woken
         with the error. It must not stop the engine on that thread (stop joins it)."""
         self.sc = sc
+        self.config = config
+        self.receivers = dict(receivers)
+        self._stream_ids = sorted([*receivers, *(driver_stream_ids or [])])
+        self._generate_jobs = generate_jobs
+        self._checkpointer = checkpointer
+        self._clear_metadata = clear_metadata
+        self._before_allocate = before_allocate
         self._clean_driver_streams = clean_driver_streams
+        self._on_fatal = on_fatal
         # Set by checkpointing: batches after this time must keep their data (the
         # oldest state a restart would restore); None = no such limit.
         self.keep_batches_after_ms: int | None = None
-        self._clear_metadata = clear_metadata
-        self.config = config
-        self.receivers = dict(receivers)
         self.bus = ListenerBus()
-        self.driver_wal = BatchedWriteAheadLog(KafkaWriteAheadLog(
-            config.bootstrap_servers, f"{config.app_id}-driver", **config.wal_options))
-        # Replays the driver WAL: a restarted driver gets its queues back here.
-        self.tracker = ReceivedBlockTracker(
-            sorted([*receivers, *(driver_stream_ids or [])]), self.driver_wal)
-        _dump_recovered_state(self.tracker)
-        self.receiver_tracker = ReceiverTracker(
-            self.tracker, sorted(receivers), config.endpoint_host, config.endpoint_port,
-            listener=self._on_receiver_event)
         self.scheduler = JobScheduler(self.bus, config.concurrent_jobs,
                                       on_batch_completed=self._on_batch_completed)
-        self.generator = JobGenerator(self.tracker, config.batch_interval_ms, generate_jobs,
-                                      self.scheduler, cleanup=self._cleanup,
-                                      checkpointer=checkpointer,
-                                      before_allocate=before_allocate,
-                                      allocate_retries=config.allocate_retries,
-                                      allocate_backoff_ms=config.allocate_backoff_ms,
-                                      on_fatal=on_fatal)
         self.rate_controller: RateController | None = None
         if config.backpressure and receivers:
             self.rate_controller = RateController(
                 PIDRateEstimator.from_conf(config.pid, config.batch_interval_ms),
                 self._publish_rate, config.max_rate)
+        # Built by recover() (they need the replayed tracker) and start() (the port).
+        self._recover_lock = threading.Lock()
+        self._tracker: ReceivedBlockTracker | None = None
+        self._generator: JobGenerator | None = None
+        self._receiver_tracker: ReceiverTracker | None = None
         self._started = False
         self._stopped = threading.Event()
         self._wake = threading.Event()  # stopped, or a job failed
-        threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
+
+    # -- the parts recover() and start() build --------------------------------------
+
+    @property
+    def tracker(self) -> ReceivedBlockTracker:
+        """The block tracker over the driver WAL. Read before :meth:`recover`, it
+        recovers first: what it answers is always the replayed state."""
+        if self._tracker is None:
+            self.recover()
+        assert self._tracker is not None
+        return self._tracker
+
+    @property
+    def generator(self) -> JobGenerator:
+        """The job generator over :attr:`tracker` (built with it by :meth:`recover`)."""
+        if self._generator is None:
+            self.recover()
+        assert self._generator is not None
+        return self._generator
+
+    @property
+    def receiver_tracker(self) -> ReceiverTracker:
+        """The receiver endpoint; it exists once :meth:`start` bound its port."""
+        if self._receiver_tracker is None:
+            raise RuntimeError("StreamingEngine.start() has not bound the receiver endpoint yet")
+        return self._receiver_tracker
 
     # -- listeners and rates ---------------------------------------------------------
 
@@ -243,24 +276,86 @@ class StreamingEngine:
 
     # -- lifecycle ---------------------------------------------------------------
 
+    def recover(self) -> None:
+        """Open the driver WAL and replay it into the block tracker, then build the job
+        generator over that tracker; once (later calls return at once).
+
+        A restarted driver gets its queues, its allocated batches and its receivers'
+        source positions back here. Between this and :meth:`start` nothing adds a
+        block or allocates a batch, so a caller may read :attr:`tracker` (a restart
+        chooses the batches to resubmit from its allocations).
+        """
+        with self._recover_lock:
+            if self._tracker is not None:
+                return
+            wal = BatchedWriteAheadLog(KafkaWriteAheadLog(
+                self.config.bootstrap_servers, f"{self.config.app_id}-driver",
+                **self.config.wal_options))
+            tracker = ReceivedBlockTracker(self._stream_ids, wal)  # replays the WAL
+            _dump_recovered_state(tracker)
+            self._generator = JobGenerator(
+                tracker, self.config.batch_interval_ms, self._generate_jobs, self.scheduler,
+                cleanup=self._cleanup, checkpointer=self._checkpointer,
+                before_allocate=self._before_allocate,
+                allocate_retries=self.config.allocate_retries,
+                allocate_backoff_ms=self.config.allocate_backoff_ms,
+                on_fatal=self._on_fatal)
+            self._tracker = tracker
+
     def start(self, first_time_ms: int | None = None, resubmit: list[int] | None = None) -> int:
-        self.bus.start()
+        """Start at ``first_time_ms`` (default: the next batch boundary) after
+        regenerating the ``resubmit`` times; returns the first new batch time.
+
+        The steps run in the order the durability protocol needs:
+
+        1. Recover (:meth:`recover`, unless it ran): replay the driver WAL into the
+           block tracker. Log-before-mutate holds across a restart only if the
+           queues and allocations are the logged ones before anything can add a
+           block or allocate a batch, and every later step can.
+        2. Bind the receiver endpoint. After 1: it answers a registering receiver
+           with the source positions the replay restored (where the receiver
+           resumes) and logs the receiver's blocks to the replayed tracker. Before
+           4: the receivers' task specs carry its address.
+        3. Start the listener bus and the job-error watch. Before 4 and 5 post
+           events: an unstarted bus only queues, and drops what its bounded queue
+           cannot hold. Before 5 submits jobs: a failing job wakes
+           :meth:`await_termination`.
+        4. Launch the receivers, each at the initial rate limit. After 2 (the
+           address). Before 5: a completed batch may publish the rate controller's
+           limit, which the initial one set here must not overwrite.
+        5. Start the job generator: its loop regenerates the ``resubmit`` times in
+           time order (from the allocations the replay restored), and only then
+           does the timer post the first new batch, so it follows every resubmitted
+           one. After 2: a completed batch's cleanup reaches the receivers through
+           the endpoint.
+        6. Post StreamingStarted with the first new batch time (known only after 5).
+        """
+        self.recover()                                                          # 1
+        endpoint = self._receiver_tracker = ReceiverTracker(                     # 2
+            self.tracker, sorted(self.receivers), self.config.endpoint_host,
+            self.config.endpoint_port, listener=self._on_receiver_event)
+        self.bus.start()                                                        # 3
+        threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
+        self._launch_receivers(endpoint)                                        # 4
+        if resubmit:                                                            # 5
+            self.generator.resubmit(resubmit)
+        first = self.generator.start(first_time_ms)
+        self._started = True
+        self.bus.post(StreamingListenerStreamingStarted(first))                 # 6
+        return first
+
+    def _launch_receivers(self, endpoint: ReceiverTracker) -> None:
+        """One long-running Spark job per receiver, each registering at ``endpoint``."""
         initial_rate = self.config.backpressure_initial_rate or self.config.max_rate
         specs = []
         for s, r in sorted(self.receivers.items()):
             if initial_rate > 0:
-                self.receiver_tracker.receivers[s].rate_limit = initial_rate
+                endpoint.receivers[s].rate_limit = initial_rate
             specs.append(ReceiverTaskSpec(
-                s, r, self.receiver_tracker.address, self.config.bootstrap_servers,
+                s, r, endpoint.address, self.config.bootstrap_servers,
                 f"{self.config.app_id}-receiver-{s}",
                 self.config.generator_config(), SupervisorConfig(), self.config.wal_options))
-        self.receiver_tracker.start_all_receivers(self.sc, specs, self.config.relaunch_delay_s)
-        if resubmit:
-            self.generator.resubmit(resubmit)
-        first = self.generator.start(first_time_ms)
-        self._started = True
-        self.bus.post(StreamingListenerStreamingStarted(first))
-        return first
+        endpoint.start_all_receivers(self.sc, specs, self.config.relaunch_delay_s)
 
     def stop(self, graceful: bool = False, timeout_s: float = 120.0,
              before_close: Callable[[], None] | None = None) -> None:
@@ -293,9 +388,13 @@ class StreamingEngine:
     def _close(self) -> None:
         """Stop the endpoint and the bus, close the driver WAL; the engine is stopped."""
         try:
-            self.receiver_tracker.stop()
+            # The private fields: stopping an engine that never recovered or started
+            # must not replay the WAL or bind the port only to close them.
+            if self._receiver_tracker is not None:
+                self._receiver_tracker.stop()
             self.bus.stop()
-            self.tracker.stop()
+            if self._tracker is not None:
+                self._tracker.stop()
         finally:
             self._stopped.set()
             self._wake.set()

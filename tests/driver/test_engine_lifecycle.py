@@ -1,0 +1,90 @@
+"""StreamingEngine's lifecycle: construction opens no WAL, binds no port and starts no
+thread; recover() replays the driver WAL once (reading ``tracker`` first recovers);
+start() regenerates the resubmitted batches before the first new one and tells the
+listeners that batch's time.
+
+No Spark: an engine without receivers launches no Spark job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from driver.engine import EngineConfig, StreamingEngine
+from driver.job_scheduler import Job
+from driver.listener import StreamingListener
+from driver.received_block_tracker import ReceivedBlockTracker
+from receiver.block_info import ReceivedBlockInfo
+from tests.driver.generator_harness import block
+from tests.driver.helpers import INTERVAL, WAIT_S
+from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.testing import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _config(app: str, bootstrap: str) -> EngineConfig:
+    return EngineConfig(app_id=app, batch_interval_ms=INTERVAL, bootstrap_servers=bootstrap)
+
+
+class _Started(StreamingListener):
+    def __init__(self) -> None:
+        self.times: list[int] = []
+
+    def onStreamingStarted(self, streamingStarted: Any) -> None:  # noqa: N803
+        self.times.append(streamingStarted.time())
+
+
+def test_construction_opens_no_wal_binds_no_port_and_starts_no_thread() -> None:
+    before = set(threading.enumerate())
+    # Nothing listens there: a constructor that touched Kafka would fail or hang.
+    engine = StreamingEngine(None, _config("never-started", "127.0.0.1:1"), {},
+                             lambda t: [])
+    assert set(threading.enumerate()) - before == set()
+    with pytest.raises(RuntimeError, match="has not bound the receiver endpoint"):
+        _ = engine.receiver_tracker
+    engine.stop()  # neither replays nor binds only to close
+    assert set(threading.enumerate()) - before == set()
+    assert engine.await_termination(0)
+
+
+def test_recover_replays_once_and_start_regenerates_before_the_first_new_batch(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    app = unique_name("engine")
+    dead = ReceivedBlockTracker(
+        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
+    b = block(0)
+    assert dead.add_block(b)
+    dead.allocate_blocks_to_batch(1000)
+    dead.stop()
+
+    built: list[int] = []
+    seen: dict[int, dict[int, tuple[ReceivedBlockInfo, ...]]] = {}
+    holder: dict[str, StreamingEngine] = {}
+
+    def jobs(t: int) -> list[Job]:
+        built.append(t)
+        seen[t] = holder["e"].tracker.get_blocks_of_batch(t)
+        return []
+
+    engine = holder["e"] = StreamingEngine(None, _config(app, bootstrap), {}, jobs,
+                                           driver_stream_ids=[0])
+    started = _Started()
+    engine.add_listener(started)
+    try:
+        assert engine.tracker.allocated_batch_times() == [1000]  # reading it recovered
+        tracker = engine.tracker
+        engine.recover()
+        assert engine.tracker is tracker  # once
+        first = engine.start(resubmit=[1000])
+        wait_until(lambda: first in built, WAIT_S, "the first new batch")
+        assert built[0] == 1000 and built.index(1000) < built.index(first)
+        assert seen[1000] == {0: (b,)}
+    finally:
+        engine.stop()
+    assert started.times == [first]
