@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from walstream import broker, procs
+from walstream.testing import wait_until
 from walstream.testing.recovery_app import expected_counts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,14 +43,6 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.poll()
 
 
-def wait(cond: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"demo: timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def totals(out: Path) -> dict[str, int]:
     try:
         return dict(json.loads((out / "totals.json").read_text()))
@@ -65,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="walstream-recovery-demo-"))
     ckpt, out, log = work / "checkpoint", work / "out", work / "app.log"
     out.mkdir()
+
+    def app_log() -> str:
+        return f"demo: the app's log is {log}"
+
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     home = work / "broker"
     proc = None
@@ -74,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(checkpoint {ckpt})", flush=True)
         proc = start_app(ckpt, out, bootstrap, args.total, log)
         want = sum(expected.values())
-        wait(lambda: 0.25 * want < sum(totals(out).values()), 180, "the first third")
+        wait_until(lambda: 0.25 * want < sum(totals(out).values()), 180, "the first third",
+                   poll_s=0.1, details=app_log)
         before = sum(totals(out).values())
         kill_group(proc)
         print(f"recovery demo: SIGKILL of the driver (Python, JVM, workers) with {before} of "
@@ -83,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         restarted = time.monotonic()
         proc = start_app(ckpt, out, bootstrap, args.total, log)
         # Every completed batch rewrites totals.json (its last output operation).
-        wait(lambda: (out / "totals.json").stat().st_mtime > restarted_wall, 180,
-             "the first batch completed after the restart")
+        wait_until(lambda: (out / "totals.json").stat().st_mtime > restarted_wall, 180,
+                   "the first batch completed after the restart", poll_s=0.1, details=app_log)
         recovery_s = time.monotonic() - restarted
-        wait(lambda: (out / "done").exists(), 240, "the end of the stream")
+        wait_until(lambda: (out / "done").exists(), 240, "the end of the stream", poll_s=0.1,
+                   details=app_log)
         time.sleep(2)
     finally:
         if proc is not None:

@@ -7,7 +7,6 @@ allocates the next batch and collects each stream's items through block RDDs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -20,12 +19,6 @@ from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.testing import wait_until
 
 POLL_S = 0.05  # the pause between polls of a pipeline's state
-
-
-def wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> None:
-    """Kept only for the callers that still import it; new code calls
-    :func:`walstream.testing.wait_until` with ``poll_s=POLL_S``."""
-    wait_until(cond, timeout_s, what, poll_s=POLL_S)
 
 
 class ReceiverPipeline:

@@ -14,8 +14,9 @@ from driver.errors import JobFailedError
 from driver.job_scheduler import Job
 from driver.listener import StreamingListener
 from driver.spark import create_spark_context
-from integration_tests.harness import wait_for
+from integration_tests.harness import POLL_S
 from receiver import RateGeneratorReceiver
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -70,8 +71,8 @@ def test_graceful_stop_processes_every_record_and_listeners_hear_it(
     rec = Recorder()
     engine.add_listener(rec)
     engine.start()
-    wait_for(lambda: sum(r.until_offset for r in engine.tracker.positions(0)) >= 3000, 60,
-             "all 3000 records reported")
+    wait_until(lambda: sum(r.until_offset for r in engine.tracker.positions(0)) >= 3000, 60,
+               "all 3000 records reported", poll_s=POLL_S)
     engine.stop(graceful=True)
     assert sum(counts) == 3000
     kinds = [k for k, _ in rec.events]
@@ -114,7 +115,8 @@ def test_backpressure_lowers_the_receive_rate_when_batches_are_too_slow(
                      batch_interval_ms=500, backpressure=True)
     engine.start()
     try:
-        wait_for(lambda: len([c for c in counts if c]) >= 14, 120, "14 busy batches")
+        wait_until(lambda: len([c for c in counts if c]) >= 14, 120, "14 busy batches",
+                   poll_s=POLL_S)
     finally:
         engine.stop()
     limit = engine.receiver_tracker.receivers[0].rate_limit

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from driver.spark import create_spark_context
-from integration_tests.harness import ReceiverPipeline, wait_for
+from integration_tests.harness import POLL_S, ReceiverPipeline
 from receiver import (
     KafkaReceiver,
     RateGeneratorReceiver,
@@ -31,6 +31,7 @@ from receiver import (
     generated_line,
 )
 from receiver.task import ReceiverTaskSpec, run_receiver_task
+from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -64,18 +65,21 @@ def test_killed_receiver_worker_is_relaunched_and_ingestion_is_exactly_once(
         p.start()
         feeder = threading.Thread(target=produce, daemon=True)
         feeder.start()
-        wait_for(lambda: len(p.blocks.get_unallocated_blocks(0)) >= 3, 60, "first blocks")
+        wait_until(lambda: len(p.blocks.get_unallocated_blocks(0)) >= 3, 60, "first blocks",
+                   poll_s=POLL_S)
         p.run_batch()
         victim = p.worker_pid(0)
         os.kill(victim, signal.SIGKILL)  # mid-stream, while the feeder is still writing
         killed_at = time.monotonic()
-        wait_for(lambda: p.worker_pid(0) not in (-1, victim), 30, "the relaunch")
+        wait_until(lambda: p.worker_pid(0) not in (-1, victim), 30, "the relaunch",
+                   poll_s=POLL_S)
         relaunch_s = time.monotonic() - killed_at
         assert relaunch_s < 10, f"relaunch took {relaunch_s:.1f}s"
         assert p.tracker.receivers[0].launches == 2
         feeder.join(120)
         reported = lambda: sum(r.until_offset for r in p.blocks.positions(0))  # noqa: E731
-        wait_for(lambda: reported() >= total, 120, "every record to be reported")
+        wait_until(lambda: reported() >= total, 120, "every record to be reported",
+                   poll_s=POLL_S)
         p.run_batch()
         p.stop()
     finally:
@@ -109,8 +113,8 @@ def test_a_custom_receiver_delivers_exactly_what_it_stored_in_every_form(
     p = ReceiverPipeline(sc, bootstrap, unique_name("forms"), [Forms()])
     try:
         p.start()
-        wait_for(lambda: sum(b.num_records for b in p.blocks.get_unallocated_blocks(0)) >= 1000,
-                 60, "1000 records")
+        wait_until(lambda: sum(b.num_records for b in p.blocks.get_unallocated_blocks(0)) >= 1000,
+                   60, "1000 records", poll_s=POLL_S)
         p.stop()
     finally:
         p.close()
@@ -141,11 +145,12 @@ def test_socket_and_generator_receivers(
     p = ReceiverPipeline(sc, bootstrap, unique_name("sock"), [sock, gen])
     try:
         p.start()
-        wait_for(lambda: len(connections) == 2, 30, "the socket receiver to reconnect")
-        wait_for(lambda: sum(r.until_offset for r in p.blocks.positions(1)) >= 800, 60,
-                 "the generator's 800 lines")
-        wait_for(lambda: sum(b.num_records for b in p.blocks.get_unallocated_blocks(0)) >= 500,
-                 60, "the socket's 500 lines")
+        wait_until(lambda: len(connections) == 2, 30, "the socket receiver to reconnect",
+                   poll_s=POLL_S)
+        wait_until(lambda: sum(r.until_offset for r in p.blocks.positions(1)) >= 800, 60,
+                   "the generator's 800 lines", poll_s=POLL_S)
+        wait_until(lambda: sum(b.num_records for b in p.blocks.get_unallocated_blocks(0)) >= 500,
+                   60, "the socket's 500 lines", poll_s=POLL_S)
         p.stop()
     finally:
         p.close()

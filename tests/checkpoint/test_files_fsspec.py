@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -12,6 +11,7 @@ import pytest
 from checkpoint.errors import CheckpointWriteError
 from checkpoint.files import CheckpointWriter, checkpoint_files, read_latest, write_checkpoint
 from tests.checkpoint.helpers import make_data
+from walstream.testing import wait_until
 
 
 @pytest.fixture
@@ -61,10 +61,10 @@ def test_background_writer_on_a_url(url: str) -> None:
     done: list[int] = []
     writer = CheckpointWriter(url)
     writer.write(make_data(5000), on_done=lambda: done.append(5000))
-    deadline = time.monotonic() + 10
-    while not done and time.monotonic() < deadline:
-        time.sleep(0.01)
-    writer.stop()
+    try:
+        wait_until(lambda: done, 10, "the background write to finish", poll_s=0.01)
+    finally:
+        writer.stop()
     assert done == [5000]
     got = read_latest(url)
     assert got is not None and got.checkpoint_time_ms == 5000

@@ -12,6 +12,7 @@ import pytest
 from driver.driver_gc import PeriodicDriverGC, gc_interval_s
 from driver.durations import conf_time_ms
 from walstream.errors import ConfigError
+from walstream.testing import wait_until
 
 
 class FakeJvm:
@@ -67,10 +68,11 @@ def test_it_requests_a_gc_every_interval_until_stopped() -> None:
     jvm = FakeJvm()
     gc = PeriodicDriverGC(_sc(jvm), interval_s=0.05)
     gc._thread.start()
-    deadline = time.monotonic() + 5
-    while jvm.calls < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    gc.stop()
+    try:
+        wait_until(lambda: jvm.calls >= 3, 5, "3 GC requests", poll_s=0.01,
+                   details=lambda: f"{jvm.calls} GC requests")
+    finally:
+        gc.stop()
     assert jvm.calls >= 3 and gc.collections == jvm.calls
     assert gc.last_pause_s is not None
     after_stop = jvm.calls

@@ -19,6 +19,7 @@ from wal import (
 )
 from wal.errors import CorruptRecordError
 from walstream import procs
+from walstream.testing import wait_until
 
 WalFactory = Callable[..., KafkaWriteAheadLog]
 
@@ -102,17 +103,15 @@ def test_clean_old_records_synchronously(wal_factory: WalFactory, bootstrap: str
 
 
 def test_clean_old_records_asynchronously(wal_factory: WalFactory) -> None:
-    import time
-
     log = wal_factory(rolling_interval_ms=100)
     for i in range(20):
         log.write(f"r{i}".encode(), i * 50)
     log.clean(700, wait_for_completion=False)
     # The threshold applies at once; the deletion finishes in the background.
     assert list(log.read_all()) == [f"r{i}".encode() for i in range(14, 20)]
-    deadline = time.monotonic() + 20
-    while any(s.end_ms <= 700 for s in log.segments()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: all(s.end_ms > 700 for s in log.segments()), 20,
+               "every segment ending at or before 700 to be deleted", poll_s=0.1,
+               details=lambda: f"segments end at {[s.end_ms for s in log.segments()]}")
     assert all(s.end_ms > 700 for s in log.segments())
 
 

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from walstream import broker, procs
 from walstream.errors import BrokerPortBusyError, PrerequisiteError
+from walstream.testing import wait_until
 from walstream.testing.fixtures import docker_available
 
 pytestmark = pytest.mark.timeout(120)
@@ -107,19 +108,15 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _port_freed(port: int, timeout_s: float = 5.0) -> bool:
-    """Whether ``port`` can be bound again within ``timeout_s``.
+def _wait_port_freed(port: int, timeout_s: float = 5.0) -> None:
+    """Wait until ``port`` can be bound again; fail after ``timeout_s``.
 
     Needed after a kill: ``kill_broker_only``/``stop`` return as soon as the Tansu
     pid looks dead (empty cmdline or zombie thread-group leader), which can be a
     millisecond before its other threads exit and its listening socket closes.
     """
-    deadline = time.monotonic() + timeout_s
-    while not procs.port_free(broker.HOST, port):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    wait_until(lambda: procs.port_free(broker.HOST, port), timeout_s,
+               f"port {port} to be freed", poll_s=0.01)
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
@@ -193,7 +190,7 @@ def test_start_status_idempotent_stop(home: Home) -> None:
     assert not procs.pid_alive(state.pid)
     assert broker.read_state(home.path) is None
     assert broker.bootstrap_servers(home.path) is None
-    assert _port_freed(port, 2.0)
+    _wait_port_freed(port, 2.0)
 
     # A second stop is harmless.
     assert broker.stop(home.path) is False
@@ -272,9 +269,9 @@ def test_durable_broker_survives_sigkill(home: Home) -> None:
     assert killed.pid == state.pid
     assert not procs.pid_alive(state.pid)
     assert procs.pid_alive(state.store_pid)
-    # Work around a race in the code under test (see _port_freed): without this wait,
-    # start() below raises BrokerPortBusyError in about half of the runs.
-    assert _port_freed(port)
+    # Work around a race in the code under test (see _wait_port_freed): without this
+    # wait, start() below raises BrokerPortBusyError in about half of the runs.
+    _wait_port_freed(port)
 
     # start() again restarts Tansu over the same store on the same port.
     restarted = home.track(broker.start(home.path, durable=True))

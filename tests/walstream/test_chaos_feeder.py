@@ -6,14 +6,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig
 from walstream.testing.chaos_feeder import Feeder
 
 
 def _settled(feeder: Feeder, expect: int) -> int:
-    deadline = time.monotonic() + 30
-    while feeder.good + feeder.bad < expect and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: feeder.good + feeder.bad >= expect, 30, f"{expect} records fed",
+               poll_s=0.05, details=lambda: f"{feeder.good} good, {feeder.bad} bad, "
+                                            f"failures {feeder.failed}")
     time.sleep(0.5)  # it must not go beyond
     return feeder.good
 

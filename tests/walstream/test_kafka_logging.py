@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 
 from walstream import procs
 from walstream.kafka_logging import LOGGER_NAME, KafkaClientLogger, is_transport_noise, with_logger
+from walstream.testing import wait_until
 from walstream.testing.fixtures import embedded_broker
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,11 +56,12 @@ def test_client_lines_reach_logging_not_stderr(
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
     port = procs.free_port()  # nothing listens: every connect is refused
     producer = Producer(with_logger({"bootstrap.servers": f"127.0.0.1:{port}"}))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any(
-        "Connection refused" in r.getMessage() for r in caplog.records
-    ):
-        producer.poll(0.1)
+
+    def refused_logged() -> bool:
+        producer.poll(0.1)  # serves librdkafka's log queue
+        return any("Connection refused" in r.getMessage() for r in caplog.records)
+
+    wait_until(refused_logged, 10, "a refused connection to be logged")
     assert _raw_librdkafka_lines(capfd.readouterr().err) == []
     refused = [r for r in caplog.records if "Connection refused" in r.getMessage()]
     assert refused and all(r.levelno == logging.INFO for r in refused)

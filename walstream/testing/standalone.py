@@ -17,13 +17,15 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+
+from walstream.testing.waiting import wait_until
 
 
 def log(msg: str) -> None:
     print(f"[standalone {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
 
 
 def _free_port() -> int:
@@ -32,15 +34,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"port {port} not open within {timeout_s}s")
+def _port_open(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+        return True
+    return False
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> Callable[[], str | None]:
+    """An ``abort`` for :func:`wait_until`: the reason once ``proc`` has exited."""
+    def reason() -> str | None:
+        if proc.poll() is None:
+            return None
+        return f"process {proc.args!r} exited with {proc.returncode}"
+    return reason
+
+
+def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes], logs: Path) -> None:
+    """Wait until ``port`` accepts connections; fail at once if ``proc`` exits."""
+    wait_until(partial(_port_open, port), timeout_s, f"port {port} to open", poll_s=0.2,
+               abort=_exited(proc), details=lambda: f"logs in {logs}")
+
+
+def _alive_workers(ui_port: int) -> int:
+    """The master's count of alive workers, read from its web UI (0 while it does not answer)."""
+    with contextlib.suppress(OSError, ValueError):
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
+            state = json.load(r)
+        return int(state.get("aliveworkers", 0))
+    return 0
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -96,23 +117,15 @@ def standalone_cluster(workers: int = 2) -> Iterator[str]:
     try:
         master = launch("master", ["org.apache.spark.deploy.master.Master", "--host",
                                    "127.0.0.1", "--port", str(port), "--webui-port", str(ui)])
-        _wait_port(port, 90, master)
+        _wait_port(port, 90, master, tmp)
         for i in range(workers):
             launch(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", "--host",
                                    "127.0.0.1", "--cores", "1", "--memory", "1g",
                                    "--work-dir", str(tmp / "work" / str(i)),
                                    "--webui-port", str(_free_port()), url])
-        _wait_port(ui, 60, master)
-        deadline = time.monotonic() + 90
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
-                    state = json.load(r)
-                if int(state.get("aliveworkers", 0)) >= workers:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{workers} workers did not register (logs in {tmp})")
-            time.sleep(0.5)
+        _wait_port(ui, 60, master, tmp)
+        wait_until(lambda: _alive_workers(ui) >= workers, 90, f"{workers} workers to register",
+                   poll_s=0.5, abort=_exited(master), details=lambda: f"logs in {tmp}")
         log(f"standalone cluster up at {url} with {workers} workers")
         yield url
     finally:
