@@ -218,7 +218,8 @@ class StreamingContext:
             data = self._recovered
             self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)  # 4
             cfg = EngineConfig(**{**cfg.__dict__, "remember_ms": self._graph.max_remember_ms()})
-            engine = self._engine = self._build_engine(cfg)            # 5, 6
+            engine = self._engine = self._build_engine(cfg)            # 5
+            engine.recover()                                            # 6
             resubmit: list[int] = []
             if data is not None:                                        # 7
                 restore_state(self._sc, self._graph, data)
