@@ -24,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from driver.dstream import DStream
 from driver.errors import StreamClosedError
+from driver.wal_conf import kafka_settings_of
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.handle import RecordHandle
@@ -36,16 +37,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: kafkaParams a direct stream's consumers never take: the cluster is the stream's
+#: bootstrap, and each consumer sets what its reading by offset rests on.
+_OWN_KEYS = ("bootstrap.servers", "metadata.broker.list", "group.id", "enable.auto.commit",
+             "enable.partition.eof", "auto.offset.reset", "zookeeper.connect",
+             "zookeeper.connection.timeout.ms")
+
+
+def consumer_conf(bootstrap: str, settings: dict[str, Any], params: dict[str, Any],
+                  own: dict[str, Any]) -> dict[str, Any]:
+    """A direct-stream consumer's settings: the application's Kafka settings, then the
+    stream's ``kafkaParams``, then what this consumer's reading rests on (``own``)."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "fetch.wait.max.ms": FETCH_WAIT_MS}
+    conf.update(settings)
+    conf.update({k: v for k, v in params.items() if k not in _OWN_KEYS})
+    conf.update(own)
+    return conf
+
+
 def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_decoder: Any,
                 bad: Any, ranges: Iterator[tuple[str, int, int, int]]) -> Iterator[Any]:
     """Runs in a PySpark task: the records of ``[from, until)`` of each given range.
 
-    A record the decoders reject is skipped, logged with its position and counted
-    in the accumulator ``bad`` (the stream's ``undecodable``), as a Kafka receiver
-    skips and reports it."""
-    conf = {"bootstrap.servers": bootstrap, "group.id": "walstream-direct-reader",
-            "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "error", "fetch.wait.max.ms": FETCH_WAIT_MS}
+    ``params`` are the consumer's settings over the defaults (the application's Kafka
+    settings and the stream's kafkaParams). A record the decoders reject is skipped,
+    logged with its position and counted in the accumulator ``bad`` (the stream's
+    ``undecodable``), as a Kafka receiver skips and reports it."""
+    conf = consumer_conf(bootstrap, params, {}, {
+        "group.id": "walstream-direct-reader", "enable.auto.commit": False,
+        "enable.partition.eof": True, "auto.offset.reset": "error"})
     consumer = Consumer(with_logger(conf))
     try:
         for topic, partition, start, until in ranges:
@@ -123,12 +143,17 @@ class DirectKafkaInputDStream(DStream):
         if self._closed:
             raise StreamClosedError(f"direct stream {self.stream_id} is closed (context stopped)")
         if self._consumer is None:
-            self._consumer = Consumer(with_logger({"bootstrap.servers": self.bootstrap,
-                                       "group.id": "walstream-direct-probe",
-                                       "enable.auto.commit": False,
-                                       "enable.partition.eof": True,
-                                       "fetch.wait.max.ms": FETCH_WAIT_MS}))
+            self._consumer = Consumer(with_logger(consumer_conf(
+                self.bootstrap, self._kafka_settings(), self.params,
+                {"group.id": "walstream-direct-probe", "enable.auto.commit": False,
+                 "enable.partition.eof": True})))
         return self._consumer
+
+    def _kafka_settings(self) -> dict[str, str]:
+        """The application's Kafka settings (taken from the running engine, never
+        kept on the stream: the stream goes into checkpoints)."""
+        engine = self._ssc._engine
+        return kafka_settings_of(engine.config.wal_options) if engine is not None else {}
 
     def close(self) -> None:
         """Close the driver's probe consumer (the context stopped). Left open, it would
@@ -236,6 +261,8 @@ class DirectKafkaInputDStream(DStream):
             return sc.emptyRDD()
         if self._bad is None:
             self._bad = sc.accumulator(0)
-        reader = functools.partial(_read_range, self.bootstrap, {}, self.key_decoder,
+        params = {**self._kafka_settings(),
+                  **{k: v for k, v in self.params.items() if k not in _OWN_KEYS}}
+        reader = functools.partial(_read_range, self.bootstrap, params, self.key_decoder,
                                    self.value_decoder, self._bad)
         return sc.parallelize(ranges, len(ranges)).mapPartitions(reader)

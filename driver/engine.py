@@ -32,6 +32,7 @@ from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
 from driver.durations import conf_time_ms
+from driver.endpoint_conf import endpoint_addresses
 from driver.job_generator import (
     DEFAULT_ALLOCATE_BACKOFF_MS,
     DEFAULT_ALLOCATE_RETRIES,
@@ -97,10 +98,14 @@ class EngineConfig:
     backpressure: bool = False
     backpressure_initial_rate: float = 0.0
     pid: dict[str, str] = field(default_factory=dict)
+    # What receivers dial, and what the endpoint listens on ("": endpoint_host);
+    # driver/endpoint_conf.py says how a Spark conf sets them.
     endpoint_host: str = "127.0.0.1"
     endpoint_port: int = 0
+    endpoint_bind_host: str = ""
     relaunch_delay_s: float = 1.0
-    wal_options: dict[str, Any] = field(default_factory=dict)
+    # Its ``client_config`` is the application's Kafka settings, secrets included.
+    wal_options: dict[str, Any] = field(default_factory=dict, repr=False)
     allocate_retries: int = DEFAULT_ALLOCATE_RETRIES
     allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS
     max_block_bytes: int = BlockGeneratorConfig.max_block_bytes
@@ -137,6 +142,10 @@ class EngineConfig:
         kw.setdefault("allocate_backoff_ms",
                       ms(CONF_ALLOCATE_BACKOFF, DEFAULT_ALLOCATE_BACKOFF_MS))
         kw.setdefault("wal_options", wal_options_from_conf(conf))  # also `walstream inspect`'s
+        addresses = endpoint_addresses(conf)
+        kw.setdefault("endpoint_host", addresses.advertised_host)
+        kw.setdefault("endpoint_bind_host", addresses.bind_host)
+        kw.setdefault("endpoint_port", addresses.port)
         kw.setdefault("max_block_bytes",
                       max_block_bytes_from_conf(conf, BlockGeneratorConfig.max_block_bytes))
         return cls(**kw)
@@ -332,8 +341,10 @@ class StreamingEngine:
         """
         self.recover()                                                          # 1
         endpoint = self._receiver_tracker = ReceiverTracker(                     # 2
-            self.tracker, sorted(self.receivers), self.config.endpoint_host,
-            self.config.endpoint_port, listener=self._on_receiver_event)
+            self.tracker, sorted(self.receivers),
+            self.config.endpoint_bind_host or self.config.endpoint_host,
+            self.config.endpoint_port, listener=self._on_receiver_event,
+            advertised_host=self.config.endpoint_host)
         self.bus.start()                                                        # 3
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
         self._launch_receivers(endpoint)                                        # 4

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver.block_rdd import block_rdd
 from driver.dstream import DStream
+from driver.wal_conf import kafka_settings_of
 
 if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
@@ -25,7 +26,8 @@ class ReceiverInputDStream(DStream):
         engine = self._ssc._engine
         assert engine is not None
         blocks = engine.tracker.get_blocks_of_batch_and_stream(t, self.stream_id)
-        return block_rdd(self._ssc.sparkContext, blocks, engine.config.bootstrap_servers)
+        return block_rdd(self._ssc.sparkContext, blocks, engine.config.bootstrap_servers,
+                         kafka_settings=kafka_settings_of(engine.config.wal_options))
 
 
 class QueueInputDStream(DStream):

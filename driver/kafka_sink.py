@@ -22,19 +22,45 @@ shows aborted records, so the protocol is one any broker supports:
    topic converges to one copy for plain consumers too.
 
 Memory of the reader is bounded by the attempts not yet committed it has seen.
+
+Both take the application's Kafka settings (``spark.walstream.kafka.*``: SASL,
+TLS, ...) from the running SparkContext's conf, under a sink's own
+``producer_config``; the sink never keeps them, since it goes into checkpoints
+with the graph.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+import weakref
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from walstream.errors import ConfigError
 from walstream.kafka_logging import with_logger
+from walstream.kafka_settings import settings_from_conf
+
+# A SparkContext's conf does not change once it runs: its settings are read once.
+_SETTINGS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def app_kafka_settings(sc: Any = None) -> dict[str, str]:
+    """The Kafka settings of ``sc``'s conf (default: the running SparkContext's);
+    empty when no SparkContext runs."""
+    if sc is None:
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        if sc is None:
+            return {}
+    settings = _SETTINGS.get(sc)
+    if settings is None:
+        settings = _SETTINGS[sc] = settings_from_conf(dict(sc.getConf().getAll()))
+    return dict(settings)
 
 H_BATCH, H_PART, H_ATTEMPT, H_SEQ, H_COMMIT = (
     "walstream.batch", "walstream.part", "walstream.attempt", "walstream.seq",
@@ -77,17 +103,19 @@ class KafkaSink:
 
     def __call__(self, time: datetime, rdd: Any) -> None:
         batch_ms = round(time.timestamp() * 1000)
-        writer = self.write_partition
+        writer = functools.partial(self.write_partition,
+                                   kafka_settings=app_kafka_settings(rdd.context))
         rdd.mapPartitionsWithIndex(
             lambda part, items: [writer(batch_ms, part, items)]).collect()
 
-    def write_partition(self, batch_ms: int, part: int, items: Any) -> int:
+    def write_partition(self, batch_ms: int, part: int, items: Any,
+                        kafka_settings: Mapping[str, str] | None = None) -> int:
         """Steps 1-2 for one partition (runs in the Spark task); returns its count."""
         from confluent_kafka import KafkaException, Producer
 
         conf = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
-                "delivery.timeout.ms": int(self.timeout_s * 1000), **self.producer_config,
-                "acks": "all", "enable.idempotence": True}
+                "delivery.timeout.ms": int(self.timeout_s * 1000), **(kafka_settings or {}),
+                **self.producer_config, "acks": "all", "enable.idempotence": True}
         producer = Producer(with_logger(conf))
         attempt = uuid.uuid4().hex.encode()
         kafka_part = zlib.crc32(f"{batch_ms}-{part}".encode()) % self.partitions
@@ -136,12 +164,16 @@ def _headers(raw: Any) -> dict[str, bytes]:
 
 def read_exactly_once(bootstrap_servers: str, topic: str, timeout_s: float = 30.0,
                       max_pending_attempts: int = 100_000,
+                      kafka_conf: Mapping[str, str] | None = None,
                       ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """Step 3: ``(batch_ms, key, value)`` of every committed attempt, once per
-    ``(batch, part)``, reading the topic from the start to its current end."""
+    ``(batch, part)``, reading the topic from the start to its current end.
+    ``kafka_conf``: librdkafka settings (SASL, TLS, ...); default: the running
+    SparkContext's ``spark.walstream.kafka.*``."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer(with_logger({"bootstrap.servers": bootstrap_servers,
+    settings = dict(kafka_conf) if kafka_conf is not None else app_kafka_settings()
+    consumer = Consumer(with_logger({"bootstrap.servers": bootstrap_servers, **settings,
                          "group.id": f"walstream-sink-reader-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "auto.offset.reset": "earliest"}))

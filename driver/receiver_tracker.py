@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from driver.endpoint_conf import host_port
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReportLimitError, UnknownReceiverError
 from driver.listener import StreamingListenerReceiverError
@@ -67,8 +68,11 @@ class ReceiverTracker(LocalReceiverEndpoint):
         max_workers: int | None = None,
         listener: Listener | None = None,
         limits: EndpointLimits | None = None,
+        advertised_host: str | None = None,
     ) -> None:
-        """``max_workers``: threads for the unary calls (default
+        """Listens on ``host:port`` (port 0: any free one); receivers are told
+        ``advertised_host`` (default ``host``) and the bound port, as ``address``.
+        ``max_workers``: threads for the unary calls (default
         ``limits.unary_workers``); the pool has two more per input stream for the
         Control streams, and at most ``maximum_concurrent_rpcs`` calls run or wait
         (more are refused with RESOURCE_EXHAUSTED, which a receiver retries)."""
@@ -106,10 +110,10 @@ class ReceiverTracker(LocalReceiverEndpoint):
         }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(m.SERVICE, handlers),))
-        bound = self._server.add_insecure_port(f"{host}:{port}")
+        bound = self._server.add_insecure_port(host_port(host, port))
         if bound == 0:
-            raise OSError(f"ReceiverTracker cannot bind {host}:{port}")
-        self.address = f"{host}:{bound}"
+            raise OSError(f"ReceiverTracker cannot bind {host_port(host, port)}")
+        self.address = host_port(advertised_host or host, bound)
         self._threads: dict[int, threading.Thread] = {}
         self._placed: dict[int, ExecutorLocation | None] = {}
         self._server.start()

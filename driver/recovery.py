@@ -48,6 +48,7 @@ from driver.graph import DStreamGraph
 from driver.graph_pickle import loads_graph
 from walstream import worker_daemon
 from walstream.jvm_archive import use_archive
+from walstream.kafka_settings import is_secret, without_secrets
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +154,11 @@ DROPPED_CONF = ("spark.app.id", "spark.app.startTime", "spark.app.submitTime")
 
 def recovered_conf(saved: dict[str, str], new: dict[str, str]) -> dict[str, str]:
     """The SparkConf of a restored context: the checkpoint's, with the new
-    environment's master, driver host and ports (conf recovery picks up a new master)."""
+    environment's master, driver host and ports (conf recovery picks up a new master)
+    and its secrets (Kafka passwords, the endpoint secret), which no checkpoint holds."""
     out = {k: v for k, v in saved.items() if k not in DROPPED_CONF}
     out.update({k: new[k] for k in RELOADED_CONF if k in new})
+    out.update({k: v for k, v in new.items() if is_secret(k)})
     # The restarted executor's workers fork from a daemon that has already imported
     # their modules (walstream/worker_daemon.py): they all start at once on the way
     # to the first batch. An application's own choice stands.
@@ -180,7 +183,8 @@ def _restore(checkpoint_path: str, data: CheckpointData,
     graph = loads_graph(data.graph)  # before any SparkContext: fail fast, say why
     sc = SparkContext._active_spark_context
     if sc is None:
-        spark_environment()
+        spark_environment(os.environ.get("WALSTREAM_SPARK_MASTER")
+                          or data.conf.get("spark.master"))
         SparkContext._ensure_initialized()  # the gateway, so SparkConf() reads the new env
         new = dict(SparkConf().getAll())
         if not _master_given():
@@ -269,14 +273,15 @@ def build_checkpoint(graph: DStreamGraph, t: int, pending: list[int], *, app_id:
                      conf: Mapping[str, str], graph_bytes: bytes | None) -> CheckpointData:
     """The checkpoint of batch ``t``: ``pending`` batches, the newest durable state of
     each stateful stream, the conf (without the driver's own host and ports, which a
-    restart takes from its environment) and the pickled graph."""
+    restart takes from its environment), without secrets, and the pickled graph."""
     return CheckpointData(
         checkpoint_time_ms=t, written_wall_ms=int(time.time() * 1000),
         app_id=app_id, batch_ms=graph.batch_ms, zero_time_ms=graph.zero_ms or 0,
         fingerprint=graph.fingerprint(), graph_shape=graph.shape(),
         pending_times_ms=tuple(sorted(pending)),
         state_rdds=tuple(StateRdd(fp, ts, path) for fp, ts, path in graph.durable_state()),
-        conf={k: v for k, v in conf.items() if not k.startswith("spark.driver.")},
+        conf={k: v for k, v in without_secrets(conf).items()
+              if not k.startswith("spark.driver.")},
         graph=graph_bytes)
 
 

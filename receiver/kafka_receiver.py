@@ -136,6 +136,7 @@ class KafkaReceiver(Receiver):
             "group.id": self.group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **self.kafka_settings,
             **self.kafka_params,
         }
         conf["enable.auto.commit"] = False  # commits follow the driver's acknowledgement

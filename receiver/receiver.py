@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 class Receiver:
     """Base class of every receiver (``pyspark``-style camelCase API, as in Spark).
 
-    Picklable: the supervisor is attached on the executor, never pickled.
+    Picklable: the supervisor and the application's Kafka settings are given to it
+    on the executor, never pickled (so the driver's graph and its checkpoints hold
+    no secret of them).
     """
 
     def __init__(self, preferred_location: str | None = None) -> None:
@@ -32,6 +34,7 @@ class Receiver:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_supervisor"] = None
+        state.pop("_kafka_settings", None)
         return state
 
     # -- to override -------------------------------------------------------------
@@ -54,6 +57,17 @@ class Receiver:
     @property
     def preferredLocation(self) -> str | None:
         return self._preferred_location
+
+    @property
+    def kafka_settings(self) -> dict[str, str]:
+        """The application's Kafka client settings (``spark.walstream.kafka.*``:
+        security protocol, SASL, TLS, ...), given by the receiver's task before
+        ``onStart``. A receiver that creates Kafka clients applies them under its
+        own parameters; empty outside a receiver task."""
+        return dict(getattr(self, "_kafka_settings", {}))
+
+    def _use_kafka_settings(self, settings: dict[str, str]) -> None:
+        self._kafka_settings = dict(settings)
 
     def _attach(self, supervisor: ReceiverSupervisor, stream_id: int) -> None:
         self._supervisor = supervisor

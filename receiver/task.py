@@ -35,7 +35,8 @@ class ReceiverTaskSpec:
     wal_name: str
     generator_config: BlockGeneratorConfig = field(default_factory=BlockGeneratorConfig)
     supervisor_config: SupervisorConfig = field(default_factory=SupervisorConfig)
-    wal_options: dict[str, Any] = field(default_factory=dict)
+    # Its ``client_config`` is the application's Kafka settings, secrets included.
+    wal_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def executor_id() -> str:
@@ -59,6 +60,8 @@ def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]
         yield "retry-refused"  # the tracker, not Spark, relaunches receivers
         return
     client = DriverClient(spec.driver_address, spec.supervisor_config.report_timeout_s)
+    # The application's Kafka settings reach the receiver's own clients too.
+    spec.receiver._use_kafka_settings(spec.wal_options.get("client_config", {}))
     wal = KafkaWriteAheadLog(spec.bootstrap_servers, spec.wal_name, **spec.wal_options)
     sup = ReceiverSupervisor(spec.receiver, spec.stream_id, wal, client,
                              spec.generator_config, spec.supervisor_config, executor_id())

@@ -28,8 +28,11 @@ class KafkaWalConfig:
       :class:`~wal.errors.RecordTooLargeError` naming the limit.
     * ``replication_factor``: for the segment topics; -1 takes the broker default.
     * ``topic_prefix``: segment topics are ``<prefix><name>--<start_ms>``.
-    * ``producer_config`` / ``consumer_config``: extra librdkafka settings; the
-      durability settings (acks, idempotence) cannot be overridden.
+    * ``client_config``: librdkafka settings of every client of the log (producer,
+      readers, admin): how to reach a secured cluster (SASL, TLS). Not in ``repr``.
+    * ``producer_config`` / ``consumer_config``: extra librdkafka settings of the
+      producer or the readers, over ``client_config``; the durability settings
+      (acks, idempotence) cannot be overridden.
     * ``linger_ms``: 0 by default: ``write`` blocks for its acknowledgement, so
       waiting to fill a batch only adds latency
       (docs/decisions/wal-producer-setup.md).
@@ -48,6 +51,7 @@ class KafkaWalConfig:
     linger_ms: int = 0
     compression: str = "none"
     strict: bool = False
+    client_config: dict[str, Any] = field(default_factory=dict, repr=False)
     producer_config: dict[str, Any] = field(default_factory=dict)
     consumer_config: dict[str, Any] = field(default_factory=dict)
 
@@ -67,10 +71,10 @@ class KafkaWalConfig:
         need(bool(_NAME_RE.match(self.topic_prefix)), "topic_prefix must match [A-Za-z0-9._-]+")
         need(self.compression in ("none", "gzip", "snappy", "lz4", "zstd"),
              f"unknown compression {self.compression!r}")
-        forbidden = {"acks", "enable.idempotence", "request.required.acks"} & set(
-            self.producer_config
-        )
-        need(not forbidden, f"producer_config may not override {sorted(forbidden)}")
+        durability = {"acks", "enable.idempotence", "request.required.acks"}
+        for name in ("client_config", "producer_config"):
+            forbidden = durability & set(getattr(self, name))
+            need(not forbidden, f"{name} may not override {sorted(forbidden)}")
 
 
 def validate_log_name(name: str) -> str:

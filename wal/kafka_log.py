@@ -130,7 +130,8 @@ class KafkaWriteAheadLog(WriteAheadLog):
         self._admin: AdminClient | None = None
         self._threshold_ms = -1
         self._reader = WalReader(
-            bootstrap_servers, self.config.read_timeout_s, self.config.consumer_config,
+            bootstrap_servers, self.config.read_timeout_s,
+            {**self.config.client_config, **self.config.consumer_config},
             self.config.max_record_bytes,
         )
         self._cleaner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"wal-clean-{name}")
@@ -143,7 +144,8 @@ class KafkaWriteAheadLog(WriteAheadLog):
             self._check_open()  # never a new client after close() released the old one
             self._admin = AdminClient(with_logger(
                 {"bootstrap.servers": self.bootstrap_servers,
-                 "socket.connection.setup.timeout.ms": 10_000})
+                 "socket.connection.setup.timeout.ms": 10_000,
+                 **self.config.client_config})
             )
         return self._admin
 
@@ -167,6 +169,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
             "socket.connection.setup.timeout.ms": 10_000,
             "error_cb": self._error_cb,
         }
+        conf.update(cfg.client_config)
         conf.update(cfg.producer_config)
         conf.update({"acks": "all", "enable.idempotence": True})  # not overridable
         self._producer = Producer(with_logger(conf))

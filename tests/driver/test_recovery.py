@@ -434,3 +434,33 @@ def test_refusal_names_both_ways_to_upgrade(monkeypatch: pytest.MonkeyPatch) -> 
         _check(_stateful_app(FakeContext(), outputs=2), data)
     assert f"{UPGRADE_KEY}=true" in str(info.value)
     assert f"{UPGRADE_ENV}=true" in str(info.value)
+
+
+# -- secrets stay off disk ------------------------------------------------------------
+
+
+def test_a_checkpoint_holds_no_secret_and_a_restart_takes_them_from_its_environment(
+        tmp_path: Path) -> None:
+    from checkpoint.files import read_latest
+    from driver.recovery import recovered_conf
+
+    conf = {"spark.walstream.kafka.security.protocol": "SASL_PLAINTEXT",
+            "spark.walstream.kafka.sasl.username": "app",
+            "spark.walstream.kafka.sasl.password": "s3cret",
+            "spark.authenticate.secret": "endpoint-s3cret", "spark.app.name": "x"}
+    ssc = RestorableContext()
+    data = build_checkpoint(ssc._graph, 7000, [7000], app_id="a", conf=conf, graph_bytes=b"")
+    write_checkpoint(tmp_path / "cp", data)
+    on_disk = b"".join(p.read_bytes() for p in (tmp_path / "cp").iterdir() if p.is_file())
+    assert b"s3cret" not in on_disk
+    saved = read_latest(tmp_path / "cp")
+    assert saved is not None
+    assert saved.conf == {"spark.walstream.kafka.security.protocol": "SASL_PLAINTEXT",
+                          "spark.walstream.kafka.sasl.username": "app",
+                          "spark.app.name": "x"}
+    restarted = recovered_conf(saved.conf, {"spark.walstream.kafka.sasl.password": "new",
+                                            "spark.authenticate.secret": "e2",
+                                            "spark.walstream.kafka.sasl.username": "other"})
+    assert restarted["spark.walstream.kafka.sasl.password"] == "new"
+    assert restarted["spark.authenticate.secret"] == "e2"
+    assert restarted["spark.walstream.kafka.sasl.username"] == "app"  # not a secret: saved
