@@ -4,7 +4,7 @@ executor side loads no driver code.
 The order, lowest first (a module imports only from its own unit or a lower layer;
 two units on one layer import nothing of each other)::
 
-    5  walstream entry: walstream/__init__ (lazy names), cli, testing/
+    5  walstream entry: walstream/__init__ (lazy names), cli, packaging, testing/
     4  driver
     3  receiver
     2  walstream.rpc
@@ -50,7 +50,7 @@ def _imported_modules(path: Path) -> list[tuple[int, str]]:
 
 # walstream/worker_daemon.py is core: it names the modules a forked Python worker
 # preloads as strings and imports none of them itself.
-ENTRY = frozenset({"walstream/__init__.py", "walstream/cli.py"})
+ENTRY = frozenset({"walstream/__init__.py", "walstream/cli.py", "walstream/packaging.py"})
 
 
 def _unit_of_file(rel: str) -> tuple[str, int]:

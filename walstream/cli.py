@@ -2,8 +2,10 @@
 
 ``walstream broker start [--durable] [--port N]`` prints the bootstrap address as
 its last line; ``walstream broker status``; ``walstream broker stop``;
-``walstream inspect CHECKPOINT_DIR`` prints what a restart would recover;
-``walstream jvm-archive`` writes the driver JVM's class archive (walstream/jvm_archive.py).
+``walstream inspect CHECKPOINT_DIR [--kafka-conf KEY=VALUE ...] [--kafka-conf-file F]``
+prints what a restart would recover; ``walstream package --out PATH`` builds the
+executors' environment archive (walstream/packaging.py); ``walstream jvm-archive``
+writes the driver JVM's class archive (walstream/jvm_archive.py).
 Errors this project raises on purpose print as one line and exit 2.
 """
 
@@ -61,13 +63,42 @@ def _broker_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def kafka_conf_of(args: argparse.Namespace) -> dict[str, str]:
+    """``--kafka-conf-file`` (``KEY=VALUE`` lines, ``#`` comments), then each
+    ``--kafka-conf KEY=VALUE`` over it; librdkafka keys, checked as
+    ``spark.walstream.kafka.*`` keys are."""
+    from walstream.kafka_settings import PREFIX, parse_assignments, settings_from_conf
+
+    items: list[str] = []
+    if args.kafka_conf_file:
+        try:
+            text = Path(args.kafka_conf_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--kafka-conf-file: {exc}") from exc
+        items += [line.strip() for line in text.splitlines()
+                  if line.strip() and not line.lstrip().startswith("#")]
+    items += args.kafka_conf or []
+    given = parse_assignments(items)
+    return settings_from_conf({PREFIX + k: v for k, v in given.items()})
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from driver.checkpoint_inspect import main_inspect
 
     # The cluster: --bootstrap, else the one the checkpoint's conf names (as the
     # restarted app would use), else the environment or the embedded broker.
     print(main_inspect(args.checkpoint_dir, args.bootstrap,
-                       lambda: broker.bootstrap_servers(_home(args))))
+                       lambda: broker.bootstrap_servers(_home(args)), kafka_conf_of(args)))
+    return 0
+
+
+def _package(args: argparse.Namespace) -> int:
+    from walstream.packaging import build
+
+    path = build(Path(args.out), args.python_prefix)
+    print(f"executor environment: {path}")
+    print(f"spark-submit --archives {path}#environment "
+          "--conf spark.pyspark.python=./environment/bin/python ...")
     return 0
 
 
@@ -113,7 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the checkpoint "
                                        "conf's, else env, else embedded)")
     i.add_argument("--home", help="embedded broker state directory")
+    i.add_argument("--kafka-conf", action="append", metavar="KEY=VALUE",
+                   help="a librdkafka setting of the cluster (SASL, TLS, ...), repeatable; "
+                        "the checkpoint holds no secret")
+    i.add_argument("--kafka-conf-file", metavar="PATH",
+                   help="librdkafka settings, one KEY=VALUE per line")
     i.set_defaults(fn=_inspect)
+    pk = sub.add_parser("package", help="build the environment archive executors run in "
+                                        "(spark-submit --archives PATH#environment)")
+    pk.add_argument("--out", required=True, help="the archive to write (.tar.gz)")
+    pk.add_argument("--python-prefix", default=None,
+                    help="where Python is installed on the worker hosts (default: this "
+                         "interpreter's installation)")
+    pk.set_defaults(fn=_package)
     j = sub.add_parser("jvm-archive", help="write the class-data-sharing archive that makes "
                                           "a driver's JVM start ~1.3 s sooner")
     j.add_argument("--optional", action="store_true",

@@ -77,5 +77,5 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--kafka-conf wants KEY=VALUE, not {item!r}")
-        out[key] = value
+        out[key] = value.lstrip()  # as in a Java properties file: "key = value"
     return out
