@@ -73,10 +73,17 @@ class BrokerState:
     store_port: int = 0
     log_path: str = ""
     started_at: float = 0.0
+    host: str = HOST
+    #: ``host:port`` the broker tells clients to connect to ("": its listener).
+    advertised: str = ""
 
     @property
     def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+        return self.advertised or f"{self.host}:{self.port}"
+
+    @property
+    def listener(self) -> str:
+        return f"{self.host}:{self.port}"
 
     def broker_alive(self) -> bool:
         return procs.pid_alive(self.pid) and "tansu" in procs.cmdline(self.pid)
@@ -188,9 +195,9 @@ def _start_store(home: Path, attached: bool = False) -> tuple[int, int]:
     return proc.pid, port
 
 
-def _start_tansu(home: Path, port: int, store_port: int,
-                 attached: bool = False) -> tuple[int, Path]:
-    url = f"tcp://{HOST}:{port}"
+def _start_tansu(home: Path, port: int, store_port: int, attached: bool = False,
+                 host: str = HOST, advertised: str = "") -> tuple[int, Path]:
+    url = f"tcp://{host}:{port}"
     env = dict(os.environ)
     if store_port:
         env.update(_s3_env(store_port))
@@ -204,20 +211,24 @@ def _start_tansu(home: Path, port: int, store_port: int,
         "--listener-url",
         url,
         "--advertised-listener-url",
-        url,
+        f"tcp://{advertised}" if advertised else url,
         "--storage-engine",
         engine,
     ]
     proc = _spawn(cmd, env, log_path, attached)
-    if not kafka_ready(f"{HOST}:{port}", 30.0):
+    if not kafka_ready(f"{host}:{port}", 30.0):
         procs.terminate(proc.pid)
         raise BrokerError(f"Tansu did not answer Kafka requests on {url}: {_tail(log_path)}")
     return proc.pid, log_path
 
 
 def start(home: Path | None = None, port: int | None = None, durable: bool = False,
-          attached: bool = False) -> BrokerState:
+          attached: bool = False, host: str = HOST, advertised: str = "") -> BrokerState:
     """Start the embedded broker detached, or return the one already running.
+
+    It listens on ``host:port`` (loopback by default) and tells clients to connect
+    to ``advertised`` (``host:port`` by default: another host's address for it, or
+    a proxy in front of it).
 
     Idempotent: a running broker recorded in ``home`` is returned as is.
     ``attached=True`` (test fixtures) ties the processes to this one: they get
@@ -228,15 +239,16 @@ def start(home: Path | None = None, port: int | None = None, durable: bool = Fal
     home = home or default_home()
     state = read_state(home)
     if state is not None:
-        if state.broker_alive() and kafka_ready(state.bootstrap, 10.0):
+        if state.broker_alive() and kafka_ready(state.listener, 10.0):
             return state
         if state.durable and state.store_alive() and not state.broker_alive():
             # A killed broker's socket outlives its cmdline for a moment: wait for it.
-            if not _wait_port_free(state.port, 5.0):
+            if not _wait_port_free(state.port, 5.0, state.host):
                 raise BrokerPortBusyError(
                     f"port {state.port} of the durable broker is taken by another process"
                 )
-            pid, log_path = _start_tansu(home, state.port, state.store_port, attached)
+            pid, log_path = _start_tansu(home, state.port, state.store_port, attached,
+                                         state.host, state.advertised)
             state = BrokerState(
                 pid=pid,
                 port=state.port,
@@ -245,21 +257,23 @@ def start(home: Path | None = None, port: int | None = None, durable: bool = Fal
                 store_port=state.store_port,
                 log_path=str(log_path),
                 started_at=time.time(),
+                host=state.host,
+                advertised=state.advertised,
             )
             _write_state(home, state)
             return state
         stop(home)  # stale or half-dead: clear it before starting afresh
     port = DEFAULT_PORT if port is None else port
-    if not procs.port_free(HOST, port):
+    if not procs.port_free(host, port):
         raise BrokerPortBusyError(
-            f"port {port} on {HOST} is already in use by another process; "
+            f"port {port} on {host} is already in use by another process; "
             f"choose another with --port N (or set WALSTREAM_BROKER_PORT)"
         )
     store_pid = store_port = 0
     if durable:
         store_pid, store_port = _start_store(home, attached)
     try:
-        pid, log_path = _start_tansu(home, port, store_port, attached)
+        pid, log_path = _start_tansu(home, port, store_port, attached, host, advertised)
     except BaseException:
         if store_pid:
             procs.terminate(store_pid)
@@ -272,6 +286,8 @@ def start(home: Path | None = None, port: int | None = None, durable: bool = Fal
         store_port=store_port,
         log_path=str(log_path),
         started_at=time.time(),
+        host=host,
+        advertised=advertised,
     )
     _write_state(home, state)
     return state
@@ -289,13 +305,13 @@ def kill_broker_only(home: Path | None = None) -> BrokerState:
     # sockets; then wait until the port is really free.
     while procs.pid_alive(state.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    _wait_port_free(state.port, max(0.1, deadline - time.monotonic()))
+    _wait_port_free(state.port, max(0.1, deadline - time.monotonic()), state.host)
     return state
 
 
-def _wait_port_free(port: int, timeout_s: float) -> bool:
+def _wait_port_free(port: int, timeout_s: float, host: str = HOST) -> bool:
     deadline = time.monotonic() + timeout_s
-    while not procs.port_free(HOST, port):
+    while not procs.port_free(host, port):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
@@ -319,7 +335,7 @@ def stop(home: Path | None = None) -> bool:
         procs.terminate(state.pid)
     if state.store_alive():
         procs.terminate(state.store_pid)
-    _wait_port_free(state.port, 5.0)
+    _wait_port_free(state.port, 5.0, state.host)
     (home / STATE_FILE).unlink(missing_ok=True)
     return True
 

@@ -2,8 +2,9 @@
 
 Each test builds one client the way the product does and records the librdkafka
 configuration it is created with (the client class is replaced by a recorder
-that stops right there, so no broker is needed). The end-to-end proof against a
-broker that requires SASL is in ``integration_tests``.
+that stops right there, so no broker is needed). The end-to-end proof, a whole
+app behind a broker gate that refuses clients without the setting, is
+``integration_tests/test_kafka_settings_gate.py``.
 """
 
 from __future__ import annotations
