@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from pyspark.storagelevel import StorageLevel
@@ -66,6 +67,14 @@ def resolve_bootstrap(conf: dict[str, str]) -> str:
     return state.bootstrap
 
 
+class StreamingContextState(StrEnum):
+    """Spark's ``StreamingContextState``: a context starts once and stops once."""
+
+    INITIALIZED = "initialized"
+    ACTIVE = "active"
+    STOPPED = "stopped"
+
+
 def _before_allocate(streams: list[Any], t: int) -> None:
     for stream in streams:
         stream.before_allocate(t)
@@ -91,7 +100,7 @@ class StreamingContext:
         self._batch_ms = to_ms(batchDuration, "batchDuration")
         self._graph = DStreamGraph(self._batch_ms)
         self._checkpoint_dir: str | None = None
-        self._state = "initialized"
+        self._state = StreamingContextState.INITIALIZED
         self._engine: StreamingEngine | None = None
         self._driver_gc: PeriodicDriverGC | None = None
         self._listeners: list[StreamingListener] = []
@@ -162,11 +171,10 @@ class StreamingContext:
         return self._sc
 
     def _check_can_add_streams(self) -> None:
-        if self._state != "initialized":
-            raise ConfigError(
-                "Adding new inputs, transformations, and output operations after "
-                f"{'starting' if self._state == 'active' else 'stopping'} a context is not "
-                "supported")
+        if self._state is not StreamingContextState.INITIALIZED:
+            done = "starting" if self._state is StreamingContextState.ACTIVE else "stopping"
+            raise ConfigError("Adding new inputs, transformations, and output operations "
+                              f"after {done} a context is not supported")
 
     def _default_parallelism(self) -> int:
         return int(self._sc.defaultParallelism)
@@ -227,13 +235,13 @@ class StreamingContext:
                                              engine.tracker.allocated_batch_times())
             engine.start(first, resubmit=resubmit)                      # 8
             self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)  # 9
-            self._state = "active"
+            self._state = StreamingContextState.ACTIVE
             StreamingContext._active = self
 
     def _check_can_start(self) -> None:
-        if self._state == "active":
+        if self._state is StreamingContextState.ACTIVE:
             raise ConfigError("StreamingContext has already been started")
-        if self._state == "stopped":
+        if self._state is StreamingContextState.STOPPED:
             raise ConfigError("StreamingContext has already been stopped")
         if StreamingContext._active is not None:
             raise ConfigError("Only one StreamingContext may be started in this JVM. "
@@ -290,7 +298,7 @@ class StreamingContext:
         def stop() -> None:
             log.error("stopping the StreamingContext: %s", exc)
             with StreamingContext._active_lock:
-                if self._state == "active":
+                if self._state is StreamingContextState.ACTIVE:
                     self._stopped_on_error = True
                     self.stop(stopSparkContext=False)
 
@@ -336,7 +344,7 @@ class StreamingContext:
     def stop(self, stopSparkContext: bool = True,  # noqa: N803
              stopGraceFully: bool = False) -> None:  # noqa: N803
         with StreamingContext._active_lock:
-            if self._state == "stopped":
+            if self._state is StreamingContextState.STOPPED:
                 if stopSparkContext and self._stopped_on_error:
                     # As Spark's stop() of a stopped context: the SparkContext still stops.
                     self._stopped_on_error = False
@@ -353,7 +361,7 @@ class StreamingContext:
                 self._stop_checkpoint_writer()
             finally:
                 self._close_direct_streams()
-                self._state = "stopped"
+                self._state = StreamingContextState.STOPPED
                 if StreamingContext._active is self:
                     StreamingContext._active = None
                 if stopSparkContext:
