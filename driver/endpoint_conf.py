@@ -11,6 +11,12 @@ one (a container's or a NAT's inside address). As Spark separates
 * loopback is the default only for a ``local[...]`` master, where every receiver
   runs in this host. A cluster master with neither address known is refused,
   since receivers elsewhere would dial their own loopback.
+
+Who may talk to it (:mod:`walstream.rpc.auth`): with ``spark.authenticate=true``
+and ``spark.authenticate.secret`` set, the endpoint's keys derive from that
+secret, as Spark's own RPC authenticates with it; otherwise the engine generates
+a secret when it starts. Either way receivers get derived keys in their task
+spec, never the secret.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ BIND_KEY = "spark.walstream.endpoint.bindAddress"
 HOST_KEY = "spark.walstream.endpoint.host"
 PORT_KEY = "spark.walstream.endpoint.port"
 LOOPBACK = "127.0.0.1"
+SPARK_AUTH_KEY = "spark.authenticate"
+SPARK_AUTH_SECRET_KEY = "spark.authenticate.secret"
 
 
 def is_local_master(master: str | None) -> bool:
@@ -63,3 +71,19 @@ def host_port(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{host}:{port}"
+
+
+def _flag(conf: Mapping[str, str], key: str) -> bool:
+    raw = str(conf.get(key, "false")).strip().lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"{key} must be true or false, not {raw!r}")
+    return raw == "true"
+
+
+def spark_auth_secret(conf: Mapping[str, str]) -> bytes | None:
+    """Spark's application secret (its UTF-8), when ``spark.authenticate`` is on and
+    ``spark.authenticate.secret`` is set; None otherwise (the engine generates one)."""
+    if not _flag(conf, SPARK_AUTH_KEY):
+        return None
+    secret = conf.get(SPARK_AUTH_SECRET_KEY)
+    return secret.encode("utf-8") if secret else None

@@ -32,7 +32,7 @@ from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
 from driver.durations import conf_time_ms
-from driver.endpoint_conf import endpoint_addresses
+from driver.endpoint_conf import endpoint_addresses, spark_auth_secret
 from driver.job_generator import (
     DEFAULT_ALLOCATE_BACKOFF_MS,
     DEFAULT_ALLOCATE_RETRIES,
@@ -59,6 +59,7 @@ from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.errors import ConfigError
+from walstream.rpc.auth import EndpointCredentials
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,9 @@ class EngineConfig:
     allocate_retries: int = DEFAULT_ALLOCATE_RETRIES
     allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS
     max_block_bytes: int = BlockGeneratorConfig.max_block_bytes
+    # The application secret the endpoint's keys derive from (Spark's, when
+    # spark.authenticate sets one; None: generated at start).
+    endpoint_secret: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_max_block_bytes(self.max_block_bytes)
@@ -148,7 +152,15 @@ class EngineConfig:
         kw.setdefault("endpoint_port", addresses.port)
         kw.setdefault("max_block_bytes",
                       max_block_bytes_from_conf(conf, BlockGeneratorConfig.max_block_bytes))
+        kw.setdefault("endpoint_secret", spark_auth_secret(conf))
         return cls(**kw)
+
+    def endpoint_credentials(self) -> EndpointCredentials:
+        """The endpoint's keys: derived from :attr:`endpoint_secret` for this
+        application's id, or from a secret generated now (one per engine start)."""
+        if self.endpoint_secret:
+            return EndpointCredentials.from_secret(self.endpoint_secret, self.app_id)
+        return EndpointCredentials.generate()
 
     def generator_config(self) -> BlockGeneratorConfig:
         """Every receiver's block generator settings."""
@@ -321,10 +333,11 @@ class StreamingEngine:
            block tracker. Log-before-mutate holds across a restart only if the
            queues and allocations are the logged ones before anything can add a
            block or allocate a batch, and every later step can.
-        2. Bind the receiver endpoint. After 1: it answers a registering receiver
-           with the source positions the replay restored (where the receiver
-           resumes) and logs the receiver's blocks to the replayed tracker. Before
-           4: the receivers' task specs carry its address.
+        2. Bind the receiver endpoint, with the application's credentials.
+           After 1: it answers a registering receiver with the
+           source positions the replay restored (where the receiver resumes) and
+           logs the receiver's blocks to the replayed tracker. Before 4: the
+           receivers' task specs carry its address and credentials.
         3. Start the listener bus and the job-error watch. Before 4 and 5 post
            events: an unstarted bus only queues, and drops what its bounded queue
            cannot hold. Before 5 submits jobs: a failing job wakes
@@ -344,7 +357,8 @@ class StreamingEngine:
             self.tracker, sorted(self.receivers),
             self.config.endpoint_bind_host or self.config.endpoint_host,
             self.config.endpoint_port, listener=self._on_receiver_event,
-            advertised_host=self.config.endpoint_host)
+            advertised_host=self.config.endpoint_host,
+            credentials=self.config.endpoint_credentials())
         self.bus.start()                                                        # 3
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
         self._launch_receivers(endpoint)                                        # 4
@@ -356,7 +370,8 @@ class StreamingEngine:
         return first
 
     def _launch_receivers(self, endpoint: ReceiverTracker) -> None:
-        """One long-running Spark job per receiver, each registering at ``endpoint``."""
+        """One long-running Spark job per receiver, each registering at ``endpoint`` with
+        its credentials; the endpoint binds each stream to the WAL named here."""
         initial_rate = self.config.backpressure_initial_rate or self.config.max_rate
         specs = []
         for s, r in sorted(self.receivers.items()):
@@ -365,7 +380,8 @@ class StreamingEngine:
             specs.append(ReceiverTaskSpec(
                 s, r, endpoint.address, self.config.bootstrap_servers,
                 f"{self.config.app_id}-receiver-{s}",
-                self.config.generator_config(), SupervisorConfig(), self.config.wal_options))
+                self.config.generator_config(), SupervisorConfig(), self.config.wal_options,
+                endpoint.credentials))
         endpoint.start_all_receivers(self.sc, specs, self.config.relaunch_delay_s)
 
     def stop(self, graceful: bool = False, timeout_s: float = 120.0,

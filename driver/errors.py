@@ -28,3 +28,13 @@ class StreamClosedError(DriverError):
 class ReportLimitError(DriverError):
     """A receiver's report exceeds a limit of the driver's endpoint (source ranges per
     block, name length, record count); refused before anything was logged or kept."""
+
+
+class ReceiverPermissionError(DriverError):
+    """A receiver's call is not its to make; the endpoint answers PERMISSION_DENIED and
+    nothing was logged or kept."""
+
+
+class SessionTokenError(ReceiverPermissionError):
+    """A call presented a session token that is not its stream's current one: another
+    stream's, or one a newer registration of the stream superseded."""

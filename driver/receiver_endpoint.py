@@ -6,6 +6,12 @@ tracker logged the block), ReportError and DeregisterReceiver. Unknown or
 deregistered receivers are refused with a clear error, and so is anything over
 :class:`~driver.endpoint_limits.EndpointLimits` (checked before a block is
 logged or kept; Report strings are truncated before they are kept or logged).
+
+Every accepted registration gets a new session token bound to its stream
+(:mod:`walstream.rpc.auth`). A caller that passes ``session`` (the gRPC endpoint
+always does, with what the call presented) must present the stream's current
+token, else :class:`~driver.errors.SessionTokenError`; in-process callers pass
+none.
 The gRPC
 :class:`~driver.receiver_tracker.ReceiverTracker` serves the same messages to
 receivers on executors.
@@ -19,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from driver.endpoint_limits import EndpointLimits
-from driver.errors import ReportLimitError, UnknownReceiverError
+from driver.errors import ReportLimitError, SessionTokenError, UnknownReceiverError
 from driver.listener import (
     ReceiverEvent,
     StreamingListenerReceiverError,
@@ -31,6 +37,7 @@ from driver.receiver_commands import CommandMailbox
 from receiver.block_info import ReceivedBlockInfo
 from receiver.registration import Registration
 from receiver.states import ReceiverState
+from walstream.rpc.auth import new_session_token, same_token
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,12 @@ class ReceiverTrackingInfo:
     scheduled_locations: list[str] = field(default_factory=list)
     # Coalesced, so that a burst of rate updates or cleanups never crowds out a STOP.
     commands: CommandMailbox = field(default_factory=CommandMailbox)
+    # The current registration's token ("" before the first); a new registration
+    # replaces it, a deregistration keeps it (the receiver's Control stream goes on).
+    session: str = field(default="", repr=False)
+    # The last sequence number of a command sent to this stream, in any session. It
+    # never decreases, so the numbers each session's receiver sees increase strictly.
+    command_seq: int = 0
 
 
 class LocalReceiverEndpoint:
@@ -93,10 +106,11 @@ class LocalReceiverEndpoint:
                     False, f"a receiver for stream {stream_id} is already registered "
                     f"(on {info.executor_id})")
             info.state, info.host, info.executor_id = ReceiverState.ACTIVE, host, executor_id
-            rate = info.rate_limit
+            info.session = new_session_token()
+            rate, session = info.rate_limit, info.session
         self._emit(StreamingListenerReceiverStarted, stream_id, executor_id)
         return Registration(True, "registered",
-                            self.block_tracker.positions(stream_id), rate)
+                            self.block_tracker.positions(stream_id), rate, session)
 
     def _require_active(self, stream_id: int) -> None:
         info = self.receivers.get(stream_id)
@@ -106,27 +120,66 @@ class LocalReceiverEndpoint:
                 f"receiver of stream {stream_id} is not registered ({state}); "
                 "register it before reporting blocks")
 
-    def add_block(self, info: ReceivedBlockInfo) -> bool:
-        """True once the block is logged; :class:`ReportLimitError` (nothing logged or
-        kept) for a report over :attr:`limits`, :class:`UnknownReceiverError` for a
-        receiver that is not registered."""
-        self.limits.check_block(info)
+    def _require_session(self, stream_id: int, session: str | None) -> None:
+        """Raise :class:`SessionTokenError` unless ``session`` is None (an in-process
+        caller) or ``stream_id``'s current token. The caller holds the lock."""
+        if session is None:
+            return
+        info = self.receivers.get(stream_id)
+        if info is not None and same_token(info.session, session):
+            return
+        owner = next((s for s, i in self.receivers.items() if same_token(i.session, session)),
+                     None)
+        if info is None:
+            why = f"stream {stream_id} is not an input stream of this application"
+        elif not session:
+            why = "no session token presented: register first"
+        elif owner is not None:
+            why = f"the session token is stream {owner}'s"
+        elif not info.session:
+            why = f"stream {stream_id} has no registration yet: register first"
+        else:
+            why = ("the session token is not the stream's current one (a newer "
+                   "registration superseded it, or it was never issued)")
+        raise SessionTokenError(f"refused a call for stream {stream_id}: {why}")
+
+    def check_session(self, stream_id: int, session: str) -> None:
+        """:class:`SessionTokenError` unless ``session`` is ``stream_id``'s current token."""
+        with self._lock:
+            self._require_session(stream_id, session)
+
+    def session_is_current(self, stream_id: int, session: str) -> bool:
+        with self._lock:
+            info = self.receivers.get(stream_id)
+            return info is not None and same_token(info.session, session)
+
+    def add_block(self, info: ReceivedBlockInfo, session: str | None = None) -> bool:
+        """True once the block is logged. Refused with nothing logged or kept:
+        :class:`UnknownReceiverError` for a receiver that is not registered,
+        :class:`SessionTokenError` for a ``session`` that is not its stream's
+        current one, :class:`ReportLimitError` for a report over :attr:`limits`."""
         with self._lock:
             self._require_active(info.stream_id)
+            self._require_session(info.stream_id, session)
+        self.limits.check_block(info)
         return self.block_tracker.add_block(info)
 
-    def report_error(self, stream_id: int, message: str, error: str) -> None:
+    def report_error(self, stream_id: int, message: str, error: str,
+                     session: str | None = None) -> None:
         message, error = self.limits.truncate(message), self.limits.truncate(error)
         with self._lock:
+            self._require_session(stream_id, session)
             info = self.receivers.get(stream_id)
             if info is not None:
                 info.errors = [*info.errors[-99:], f"{message}: {error}"]
         log.warning("receiver %d reported: %s %s", stream_id, message, error)
         self._emit(StreamingListenerReceiverError, stream_id, f"{message}: {error}")
 
-    def deregister_receiver(self, stream_id: int, message: str, error: str) -> None:
+    def deregister_receiver(self, stream_id: int, message: str, error: str,
+                            session: str | None = None) -> None:
         message, error = self.limits.truncate(message), self.limits.truncate(error)
         with self._lock:
+            self._require_session(stream_id, session)
             info = self.receivers.get(stream_id)
             if info is not None and info.state is ReceiverState.ACTIVE:
                 info.state = ReceiverState.DEREGISTERED

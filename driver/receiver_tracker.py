@@ -9,6 +9,12 @@ see :class:`~driver.receiver_commands.CommandMailbox`: never dropped). Local API
 ``start_all_receivers``, ``restart_receiver``, ``all_receiver_ids``,
 ``stop_all_receivers``.
 
+Security (:mod:`walstream.rpc.auth`): every call must present the application's
+call token (:class:`~driver.endpoint_auth.CallAuthInterceptor`, UNAUTHENTICATED
+otherwise); AddBlock, Report and Control must present their stream's current
+session token (PERMISSION_DENIED otherwise); the registration answer, every AddBlock answer and
+every command carry the driver key's MAC.
+
 Receivers run as long-running single-task Spark jobs, one per receiver, each on
 its own driver thread. When a job ends while the tracker is running (the worker
 died, the receiver failed), the tracker relaunches it after ``relaunch_delay_s``
@@ -23,13 +29,14 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
+from driver.endpoint_auth import CallAuthInterceptor
 from driver.endpoint_conf import host_port
 from driver.endpoint_limits import EndpointLimits
-from driver.errors import ReportLimitError, UnknownReceiverError
+from driver.errors import ReceiverPermissionError, ReportLimitError, UnknownReceiverError
 from driver.listener import StreamingListenerReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import Listener, LocalReceiverEndpoint
@@ -43,11 +50,10 @@ from receiver.block_info import ReceivedBlockInfo
 from receiver.states import ReceiverState
 from receiver.task import ReceiverTaskSpec, run_receiver_task
 from walstream.errors import ConfigError, CorruptDataError
+from walstream.rpc import auth
 from walstream.rpc import messages as m
 
 log = logging.getLogger(__name__)
-
-
 
 
 def _location_of(locations: list[str]) -> ExecutorLocation | None:
@@ -69,9 +75,14 @@ class ReceiverTracker(LocalReceiverEndpoint):
         listener: Listener | None = None,
         limits: EndpointLimits | None = None,
         advertised_host: str | None = None,
+        credentials: auth.EndpointCredentials | None = None,
     ) -> None:
         """Listens on ``host:port`` (port 0: any free one); receivers are told
         ``advertised_host`` (default ``host``) and the bound port, as ``address``.
+        ``credentials``: the application's keys (default: generated).
+        :attr:`credentials` is what receivers need, published for this process under
+        :attr:`address` (:func:`~walstream.rpc.auth.local_credentials`) while the
+        endpoint runs.
         ``max_workers``: threads for the unary calls (default
         ``limits.unary_workers``); the pool has two more per input stream for the
         Control streams, and at most ``maximum_concurrent_rpcs`` calls run or wait
@@ -89,10 +100,13 @@ class ReceiverTracker(LocalReceiverEndpoint):
             ("grpc.max_receive_message_length", self.limits.max_message_bytes),
             ("grpc.max_send_message_length", self.limits.max_message_bytes),
         ]
+        self.credentials = credentials or auth.EndpointCredentials.generate()
+        self.auth = CallAuthInterceptor(self.credentials.call_token)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rpc"),
             options=self.server_options,
             maximum_concurrent_rpcs=self.maximum_concurrent_rpcs,
+            interceptors=(self.auth,),
         )
         add_block_request = m.ADD_BLOCK_REQUEST.with_bounds(
             self.limits.add_block_bounds(), self.limits.max_message_bytes)
@@ -117,6 +131,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
         self._threads: dict[int, threading.Thread] = {}
         self._placed: dict[int, ExecutorLocation | None] = {}
         self._server.start()
+        auth.publish_local(self.address, self.credentials)
 
     # -- gRPC adapters ------------------------------------------------------------
 
@@ -128,42 +143,75 @@ class ReceiverTracker(LocalReceiverEndpoint):
         assert isinstance(req, dict)
         return req
 
+    @staticmethod
+    def _deny(ctx: grpc.ServicerContext, exc: ReceiverPermissionError) -> NoReturn:
+        ctx.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc)[:1000])
+        raise AssertionError("unreachable: abort raises")
+
     def _rpc_register(self, body: dict[str, Any] | m.BadRequest,
                       ctx: grpc.ServicerContext) -> dict[str, Any]:
         req = self._refuse(body, ctx)
+        nonce = req["nonce"]
+        if not auth.MIN_NONCE_BYTES <= len(nonce) <= auth.MAX_NONCE_BYTES:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"a registration nonce of {len(nonce)} bytes (want "
+                      f"{auth.MIN_NONCE_BYTES}..{auth.MAX_NONCE_BYTES})")
         r = self.register_receiver(req["stream_id"], req["host"], req["executor_id"])
-        return {"accepted": r.accepted, "message": r.message,
-                "positions": [p.to_dict() for p in r.positions], "rate_limit": r.rate_limit}
+        answer = {"accepted": r.accepted, "message": r.message,
+                  "positions": [p.to_dict() for p in r.positions], "rate_limit": r.rate_limit,
+                  "session": r.session}
+        return auth.sign_registration(self.credentials.driver_key, req["stream_id"], nonce,
+                                      answer)
 
     def _rpc_add_block(self, req: dict[str, Any] | m.BadRequest,
                        ctx: grpc.ServicerContext) -> dict[str, Any]:
         if isinstance(req, m.BadRequest):
-            return {"ok": False, "message": f"block report refused: {req.message}"[:1000]}
+            # Unsigned: a receiver acts only on a signed acceptance, never on a refusal.
+            return {"ok": False, "message": f"block report refused: {req.message}"[:1000],
+                    "proof": b""}
+        block = req["block"]
         try:
-            ok = self.add_block(ReceivedBlockInfo.from_dict(req["block"]))
+            ok = self.add_block(ReceivedBlockInfo.from_dict(block), session=req["session"])
+            message = "" if ok else "the driver could not log the block"
+        except ReceiverPermissionError as exc:
+            self._deny(ctx, exc)
         except (UnknownReceiverError, ReportLimitError, CorruptDataError) as exc:
-            return {"ok": False, "message": str(exc)[:1000]}
-        return {"ok": ok, "message": "" if ok else "the driver could not log the block"}
+            ok, message = False, str(exc)[:1000]
+        return auth.sign_add_block(self.credentials.driver_key, block["stream_id"],
+                                   req["session"], block["block_id"],
+                                   {"ok": ok, "message": message})
 
     def _rpc_report(self, body: dict[str, Any] | m.BadRequest,
                     ctx: grpc.ServicerContext) -> dict[str, Any]:
         req = self._refuse(body, ctx)
-        if req["kind"] == "DEREGISTER":
-            self.deregister_receiver(req["stream_id"], req["message"], req["error"])
-        else:
-            self.report_error(req["stream_id"], req["message"], req["error"])
+        try:
+            if req["kind"] == "DEREGISTER":
+                self.deregister_receiver(req["stream_id"], req["message"], req["error"],
+                                         session=req["session"])
+            else:
+                self.report_error(req["stream_id"], req["message"], req["error"],
+                                  session=req["session"])
+        except ReceiverPermissionError as exc:
+            self._deny(ctx, exc)
         return {}
 
     def _rpc_control(self, body: dict[str, Any] | m.BadRequest,
                      ctx: grpc.ServicerContext) -> Iterator[dict[str, Any]]:
         req = self._refuse(body, ctx)
-        info = self.receivers.get(req["stream_id"])
-        if info is None:
-            return
+        stream_id, session = req["stream_id"], req["session"]
+        try:
+            self.check_session(stream_id, session)
+        except ReceiverPermissionError as exc:
+            self._deny(ctx, exc)
+        info = self.receivers[stream_id]
         # The latest Control stream of a receiver supersedes the earlier one, which
         # ends at once: one receiver holds at most one server thread here.
         stream = info.commands.open_stream()
         while ctx.is_active():
+            if not self.session_is_current(stream_id, session):
+                # A newer registration superseded this session: its holder follows
+                # the stream it opens with the new token.
+                return
             cmd = info.commands.take(timeout_s=1.0, stream=stream)
             if cmd is None:
                 if not info.commands.is_current(stream):
@@ -171,9 +219,20 @@ class ReceiverTracker(LocalReceiverEndpoint):
                 if self._stopping.is_set() and info.state is not ReceiverState.ACTIVE:
                     return
                 cmd = {"kind": "HEARTBEAT"}
-            yield cmd
+            yield self._signed(stream_id, session, cmd)
             if cmd["kind"] == "STOP":
                 return
+
+    def _signed(self, stream_id: int, session: str, cmd: dict[str, Any]) -> dict[str, Any]:
+        """``cmd`` as the next command of ``session``, with the driver key's MAC. A
+        command taken just as a newer registration superseded the session is still
+        signed for the session that took it: the receiver holding that session
+        checks it, so it is never dropped on the way."""
+        info = self.receivers[stream_id]
+        with self._lock:
+            info.command_seq += 1
+            seq = info.command_seq
+        return auth.sign_command(self.credentials.driver_key, stream_id, session, seq, cmd)
 
     # -- driver-to-receiver messages ---------------------------------------------------
 
@@ -255,4 +314,5 @@ class ReceiverTracker(LocalReceiverEndpoint):
 
     def stop(self) -> None:
         self._stopping.set()
+        auth.withdraw_local(self.address, self.credentials)
         self._server.stop(grace=2).wait(5)

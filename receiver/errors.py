@@ -24,6 +24,29 @@ class ReceiverRefusedError(ReceiverError):
     """The driver refused to register this receiver (unknown, stopped, or a duplicate)."""
 
 
+class EndpointSecurityError(ReceiverError):
+    """The driver's endpoint and this receiver did not trust each other. Never retried:
+    the same credentials or session would be refused again."""
+
+
+class EndpointAuthError(EndpointSecurityError):
+    """The endpoint refused this receiver's application secret (UNAUTHENTICATED: none
+    was presented, or another application's): the task spec's credentials are not
+    those of the driver listening at that address."""
+
+
+class DriverProofError(EndpointAuthError):
+    """An answer or a registration did not carry the driver's proof of the application
+    secret: whatever answered is not the driver that launched this receiver (another
+    process on its port, or a wrong secret). Nothing in the answer was acted on."""
+
+
+class EndpointPermissionError(EndpointSecurityError):
+    """The endpoint refused a call as not this receiver's to make (PERMISSION_DENIED):
+    its session token is another stream's or was superseded by a newer registration,
+    or a block names a WAL topic or a source topic that is not its stream's."""
+
+
 class BlockStoreError(ReceiverError):
     """A block could not be stored in the WAL after its bounded retries; it was not reported."""
 

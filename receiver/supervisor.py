@@ -55,6 +55,7 @@ from receiver.errors import (
     BlockReportError,
     BlockStoreError,
     BlockTooLargeError,
+    EndpointSecurityError,
     ReceiverRefusedError,
 )
 from receiver.items import encode_item
@@ -484,7 +485,10 @@ class ReceiverSupervisor:
                     break
                 raise BlockReportError(f"the driver refused block {block_id}")
             except Exception as exc:
-                if attempt == self.config.report_retries:
+                # A refused secret or session, or an answer without the driver's proof,
+                # is refused again on every try: fail now, the source unacknowledged.
+                if attempt == self.config.report_retries or isinstance(
+                        exc, EndpointSecurityError):
                     raise BlockReportError(
                         f"block {block_id} of stream {self.stream_id} was stored but not "
                         f"acknowledged by the driver: {exc}") from exc

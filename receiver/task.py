@@ -18,15 +18,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from receiver.block_generator import BlockGeneratorConfig
+from receiver.errors import EndpointSecurityError
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
+from walstream.rpc.auth import EndpointCredentials, local_credentials
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ReceiverTaskSpec:
-    """Everything a receiver task needs; pickled into the Spark job's closure."""
+    """Everything a receiver task needs; pickled into the Spark job's closure.
+
+    ``credentials``: the keys that authenticate this receiver to the driver's
+    endpoint and the driver to it, and the endpoint's trusted TLS certificates
+    (:mod:`walstream.rpc.auth`); never in ``repr``. Left out, they are those of the
+    endpoint serving ``driver_address`` in the process building the spec (none
+    when no endpoint there does: the endpoint then refuses the receiver).
+    """
 
     stream_id: int
     receiver: Receiver
@@ -37,6 +46,12 @@ class ReceiverTaskSpec:
     supervisor_config: SupervisorConfig = field(default_factory=SupervisorConfig)
     # Its ``client_config`` is the application's Kafka settings, secrets included.
     wal_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    credentials: EndpointCredentials | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # Runs where the spec is built (the driver), not where it is unpickled.
+        if self.credentials is None:
+            object.__setattr__(self, "credentials", local_credentials(self.driver_address))
 
 
 def executor_id() -> str:
@@ -59,7 +74,8 @@ def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]
     if ctx is not None and ctx.attemptNumber() > 0:
         yield "retry-refused"  # the tracker, not Spark, relaunches receivers
         return
-    client = DriverClient(spec.driver_address, spec.supervisor_config.report_timeout_s)
+    client = DriverClient(spec.driver_address, spec.supervisor_config.report_timeout_s,
+                          spec.credentials)
     # The application's Kafka settings reach the receiver's own clients too.
     spec.receiver._use_kafka_settings(spec.wal_options.get("client_config", {}))
     wal = KafkaWriteAheadLog(spec.bootstrap_servers, spec.wal_name, **spec.wal_options)
@@ -81,6 +97,7 @@ def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]
 
 
 def _follow_control(client: Any, sup: Any) -> None:
+    """Act on the driver's commands; the client yields only those the driver signed."""
     try:
         for cmd in client.control(sup.stream_id):
             kind = cmd["kind"]
@@ -92,6 +109,10 @@ def _follow_control(client: Any, sup: Any) -> None:
                 sup.wal.clean(int(cmd["thresh_time_ms"]), False)
             elif kind == "UPDATE_RATE_LIMIT":
                 sup.generator.update_rate(float(cmd["rate_limit"]))
+    except EndpointSecurityError as exc:
+        if not sup.stopped.is_set():
+            log.error("stream %d: the control stream was refused: %s", sup.stream_id, exc)
+            sup.stop("the driver endpoint refused the control stream", exc)
     except Exception as exc:
         if not sup.stopped.is_set():
             # The driver went away: stop, so the tracker of a restarted driver

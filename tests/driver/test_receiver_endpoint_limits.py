@@ -101,9 +101,9 @@ def test_an_add_block_over_a_limit_is_refused_over_grpc_with_the_limit_named(
 def test_a_block_report_of_500k_empty_ranges_is_refused_without_decoding_it(
     rpc: tuple[ReceiverTracker, MemoryWAL, DriverClient],
 ) -> None:
-    tracker, wal, _ = rpc
+    tracker, wal, client = rpc
     # ~1.9 MB on the wire; decoded in full it takes well over 100 MB of Python objects.
-    body = m.ADD_BLOCK_REQUEST.encode({"block": {
+    body = m.ADD_BLOCK_REQUEST.encode({"session": client.session_of(0), "block": {
         **_info().to_dict(),
         "source": [{"topic": "", "partition": 0, "from_offset": 0, "until_offset": 0}] * 500_000,
     }})
@@ -112,7 +112,8 @@ def test_a_block_report_of_500k_empty_ranges_is_refused_without_decoding_it(
     call = channel.unary_unary(f"/{m.SERVICE}/AddBlock")  # raw bytes both ways
     tracemalloc.start()
     try:
-        answer = m.ADD_BLOCK_RESPONSE.decode(call(body, timeout=20))[1]
+        answer = m.ADD_BLOCK_RESPONSE.decode(
+            call(body, timeout=20, metadata=tracker.credentials.metadata))[1]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -153,7 +154,8 @@ def test_grpc_server_carries_the_lowered_message_limit_and_max_concurrent_rpcs(
     try:
         call = channel.unary_unary(f"/{m.SERVICE}/AddBlock")
         with pytest.raises(grpc.RpcError) as err:
-            call(b"x" * (options["grpc.max_receive_message_length"] + 1), timeout=20)
+            call(b"x" * (options["grpc.max_receive_message_length"] + 1), timeout=20,
+                 metadata=tracker.credentials.metadata)
         assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     finally:
         channel.close()

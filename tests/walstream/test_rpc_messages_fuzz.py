@@ -20,7 +20,7 @@ from tests.walstream.fuzz_checks import (
     truncations,
 )
 from walstream.avro_codec import avro_long
-from walstream.errors import CorruptDataError
+from walstream.errors import CorruptDataError, UnknownSchemaVersionError
 from walstream.rpc import messages as m
 from walstream.rpc.errors import RpcMessageError
 
@@ -30,20 +30,23 @@ BLOCK = {"stream_id": 1, "block_id": "input-1-a", "num_records": 5,
          "source": [RANGE, RANGE]}
 VALID: dict[str, tuple[m.BoundedCodec, dict[str, Any]]] = {
     "register": (m.REGISTER_REQUEST, {"stream_id": 1, "host": "h", "executor_id": "e:1:2",
-                                      "receiver_type": "KafkaReceiver"}),
+                                      "receiver_type": "KafkaReceiver", "nonce": b"n" * 32}),
     "register-answer": (m.REGISTER_RESPONSE, {"accepted": True, "message": "registered",
-                                              "positions": [RANGE], "rate_limit": 100.0}),
-    "add-block": (m.ADD_BLOCK_REQUEST, {"block": BLOCK}),
-    "add-block-answer": (m.ADD_BLOCK_RESPONSE, {"ok": False, "message": "refused"}),
+                                              "positions": [RANGE], "rate_limit": 100.0,
+                                              "session": "s" * 43, "proof": b"p" * 32}),
+    "add-block": (m.ADD_BLOCK_REQUEST, {"block": BLOCK, "session": "s" * 43}),
+    "add-block-answer": (m.ADD_BLOCK_RESPONSE, {"ok": False, "message": "refused",
+                                                "proof": b"p" * 32}),
     "report": (m.REPORT_REQUEST, {"stream_id": 1, "kind": "ERROR", "message": "m",
-                                  "error": "e"}),
+                                  "error": "e", "session": "s" * 43}),
     "empty": (m.EMPTY, {}),
-    "control": (m.CONTROL_REQUEST, {"stream_id": 4}),
+    "control": (m.CONTROL_REQUEST, {"stream_id": 4, "session": "s" * 43}),
     "command": (m.COMMAND, {"kind": "UPDATE_RATE_LIMIT", "message": "", "thresh_time_ms": 0,
-                            "rate_limit": 5.0}),
+                            "rate_limit": 5.0, "seq": 9, "mac": b"m" * 32}),
 }
 ENCODED = {name: codec.encode(datum) for name, (codec, datum) in VALID.items()}
-PREFIX = m.ADD_BLOCK_REQUEST.magic + b"\x01"
+VERSION = bytes((m.PROTOCOL_VERSION,))
+PREFIX = m.ADD_BLOCK_REQUEST.magic + VERSION
 
 
 def _add_block(data: bytes) -> ReceivedBlockInfo:
@@ -104,15 +107,26 @@ def test_huge_declared_lengths_and_counts_raise_without_allocating() -> None:
     block_id_at = PREFIX + avro_long(1)  # stream id, then the block id's length
     handle = b"\x0awal-t\x00\x0e\x04\x01"
     source_at = block_id_at + b"\x02x" + avro_long(5) + handle  # then the ranges' count
-    register_answer = m.REGISTER_RESPONSE.magic + b"\x01\x01\x00"  # then positions' count
+    register_answer = m.REGISTER_RESPONSE.magic + VERSION + b"\x01\x00"  # then positions' count
     cases = [
         *[(DECODERS["add-block"], d) for d in huge_lengths(block_id_at)],
         *[(DECODERS["add-block"], d) for d in huge_lengths(source_at)],
         *[(DECODERS["register-answer"], d) for d in huge_lengths(register_answer)],
-        *[(DECODERS["command"], d) for d in huge_lengths(m.COMMAND.magic + b"\x01")],
+        *[(DECODERS["command"], d) for d in huge_lengths(m.COMMAND.magic + VERSION)],
     ]
     for decode, data in cases:
         assert decodes_or_typed_error(decode, data) is None
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_a_message_of_protocol_version_1_is_refused_naming_the_version(name: str) -> None:
+    """Version 1 had no authentication: its messages are refused, never served."""
+    codec = VALID[name][0]
+    old = codec.magic + b"\x01" + ENCODED[name][len(codec.magic) + 1:]
+    with pytest.raises(UnknownSchemaVersionError, match="unknown schema version 1"):
+        DECODERS[name](old)
+    got = m.decode_request(codec)(old)
+    assert isinstance(got, m.BadRequest) and "version 1" in got.message
 
 
 def test_a_body_over_max_message_bytes_is_refused_before_decoding() -> None:

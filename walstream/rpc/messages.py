@@ -25,6 +25,13 @@ from walstream.rpc.schemas import BLOCK_INFO_SCHEMA, SOURCE_RANGE_SCHEMA
 
 SERVICE = "walstream.ReceiverTracker"
 
+#: The envelope version of every message. Version 2 added authentication (a
+#: registration nonce and proof, session tokens, command sequence numbers and MACs:
+#: :mod:`walstream.rpc.auth`). Only this version is read: a version 1 peer cannot
+#: authenticate, so its messages are refused with the version named
+#: (:class:`~walstream.errors.UnknownSchemaVersionError`) instead of being served.
+PROTOCOL_VERSION = 2
+
 #: The gRPC message limit of both sides: a block report at the endpoint's default
 #: limits (4096 source ranges, 512-byte names) takes under 2.2 MiB.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -43,16 +50,18 @@ class BoundedCodec(VersionedCodec):
     :class:`Bounds` without decoding it."""
 
     def __init__(self, name: str, schema: dict[str, Any], bounds: Bounds,
-                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
-        super().__init__(f"rpc {name}", b"WSRP", {1: schema}, max_bytes)
+                 max_bytes: int = MAX_MESSAGE_BYTES, version: int = PROTOCOL_VERSION) -> None:
+        super().__init__(f"rpc {name}", b"WSRP", {version: schema}, max_bytes)
         self.name = name
         self.schema = schema
         self.bounds = bounds
         self.max_message_bytes = max_bytes
+        self.version = version
 
     def with_bounds(self, bounds: Bounds, max_bytes: int | None = None) -> BoundedCodec:
         return BoundedCodec(self.name, self.schema, bounds,
-                            self.max_message_bytes if max_bytes is None else max_bytes)
+                            self.max_message_bytes if max_bytes is None else max_bytes,
+                            self.version)
 
     def decode(self, data: bytes | bytearray | memoryview,
                max_bytes: int | None = None) -> tuple[int, dict[str, Any]]:
@@ -69,6 +78,7 @@ class BoundedCodec(VersionedCodec):
 
 
 def _codec(name: str, fields: list[dict[str, Any]], bounds: Bounds) -> BoundedCodec:
+    # The namespace names the first layout; the envelope's version byte tells them apart.
     schema = {"type": "record", "name": name, "namespace": "walstream.rpc.v1", "fields": fields}
     return BoundedCodec(name, schema, bounds)
 
@@ -81,6 +91,8 @@ REGISTER_REQUEST = _codec("RegisterReceiver", [
     {"name": "host", "type": "string"},
     {"name": "executor_id", "type": "string"},
     {"name": "receiver_type", "type": "string"},
+    # Fresh per registration; the answer's proof covers it (no replayed answers).
+    {"name": "nonce", "type": "bytes", "default": ""},
 ], _NAMES)
 REGISTER_RESPONSE = _codec("RegisterReceiverResponse", [
     {"name": "accepted", "type": "boolean"},
@@ -89,13 +101,20 @@ REGISTER_RESPONSE = _codec("RegisterReceiverResponse", [
     # restarted receiver resumes from here, not from what its source remembers.
     {"name": "positions", "type": {"type": "array", "items": SOURCE_RANGE_SCHEMA}},
     {"name": "rate_limit", "type": "double"},
+    # The session token of this registration ("" when refused); later calls present it.
+    {"name": "session", "type": "string", "default": ""},
+    # HMAC with the driver key over the nonce and this answer (walstream.rpc.auth).
+    {"name": "proof", "type": "bytes", "default": ""},
 ], Bounds(MAX_POSITIONS, MAX_TEXT_BYTES, "max_positions", "max_text_bytes"))
-ADD_BLOCK_REQUEST = _codec("AddBlock", [{"name": "block", "type": BLOCK_INFO_SCHEMA}],
+ADD_BLOCK_REQUEST = _codec("AddBlock", [{"name": "block", "type": BLOCK_INFO_SCHEMA},
+                                         {"name": "session", "type": "string", "default": ""}],
                            Bounds(MAX_SOURCE_RANGES, MAX_NAME_BYTES,
                                   "max_source_ranges_per_block", "max_name_bytes"))
 ADD_BLOCK_RESPONSE = _codec("AddBlockResponse", [
     {"name": "ok", "type": "boolean"},
     {"name": "message", "type": "string"},
+    # HMAC with the driver key over the session, the block id and this answer.
+    {"name": "proof", "type": "bytes", "default": ""},
 ], _TEXT)
 REPORT_REQUEST = _codec("ReceiverReport", [
     {"name": "stream_id", "type": "int"},
@@ -103,9 +122,12 @@ REPORT_REQUEST = _codec("ReceiverReport", [
                               "symbols": ["ERROR", "DEREGISTER"]}},
     {"name": "message", "type": "string"},
     {"name": "error", "type": "string"},
+    {"name": "session", "type": "string", "default": ""},
 ], _TEXT)
 EMPTY = _codec("Empty", [], _NAMES)
-CONTROL_REQUEST = _codec("ControlRequest", [{"name": "stream_id", "type": "int"}], _NAMES)
+CONTROL_REQUEST = _codec("ControlRequest", [{"name": "stream_id", "type": "int"},
+                                            {"name": "session", "type": "string", "default": ""}],
+                         _NAMES)
 COMMAND = _codec("ReceiverCommand", [
     {"name": "kind", "type": {"type": "enum", "name": "CommandKind",
                               "symbols": ["STOP", "CLEANUP_OLD_BLOCKS", "UPDATE_RATE_LIMIT",
@@ -113,6 +135,10 @@ COMMAND = _codec("ReceiverCommand", [
     {"name": "message", "type": "string", "default": ""},
     {"name": "thresh_time_ms", "type": "long", "default": 0},
     {"name": "rate_limit", "type": "double", "default": 0.0},
+    # Strictly increasing within a session; the MAC (driver key) covers it, the
+    # session and every field above.
+    {"name": "seq", "type": "long", "default": 0},
+    {"name": "mac", "type": "bytes", "default": ""},
 ], _TEXT)
 
 ALL_CODECS: tuple[BoundedCodec, ...] = (
