@@ -38,3 +38,8 @@ class ReceiverPermissionError(DriverError):
 class SessionTokenError(ReceiverPermissionError):
     """A call presented a session token that is not its stream's current one: another
     stream's, or one a newer registration of the stream superseded."""
+
+
+class ForeignBlockError(ReceiverPermissionError):
+    """A block report names a WAL topic that is not a segment of its stream's receiver
+    WAL, or a source topic its stream's receiver does not declare."""

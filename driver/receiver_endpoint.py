@@ -11,7 +11,8 @@ Every accepted registration gets a new session token bound to its stream
 (:mod:`walstream.rpc.auth`). A caller that passes ``session`` (the gRPC endpoint
 always does, with what the call presented) must present the stream's current
 token, else :class:`~driver.errors.SessionTokenError`; in-process callers pass
-none.
+none. A stream bound with :meth:`LocalReceiverEndpoint.bind` takes only blocks of
+its own WAL and declared source topics (:class:`~driver.stream_binding.StreamBinding`).
 The gRPC
 :class:`~driver.receiver_tracker.ReceiverTracker` serves the same messages to
 receivers on executors.
@@ -34,6 +35,7 @@ from driver.listener import (
 )
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_commands import CommandMailbox
+from driver.stream_binding import StreamBinding
 from receiver.block_info import ReceivedBlockInfo
 from receiver.registration import Registration
 from receiver.states import ReceiverState
@@ -64,6 +66,7 @@ class ReceiverTrackingInfo:
     # The last sequence number of a command sent to this stream, in any session. It
     # never decreases, so the numbers each session's receiver sees increase strictly.
     command_seq: int = 0
+    binding: StreamBinding | None = None
 
 
 class LocalReceiverEndpoint:
@@ -112,6 +115,11 @@ class LocalReceiverEndpoint:
         return Registration(True, "registered",
                             self.block_tracker.positions(stream_id), rate, session)
 
+    def bind(self, binding: StreamBinding) -> None:
+        """From now on, stream ``binding.stream_id`` takes only blocks ``binding`` allows."""
+        with self._lock:
+            self.receivers[binding.stream_id].binding = binding
+
     def _require_active(self, stream_id: int) -> None:
         info = self.receivers.get(stream_id)
         if info is None or info.state is not ReceiverState.ACTIVE:
@@ -157,11 +165,16 @@ class LocalReceiverEndpoint:
         """True once the block is logged. Refused with nothing logged or kept:
         :class:`UnknownReceiverError` for a receiver that is not registered,
         :class:`SessionTokenError` for a ``session`` that is not its stream's
-        current one, :class:`ReportLimitError` for a report over :attr:`limits`."""
+        current one, :class:`ReportLimitError` for a report over :attr:`limits`,
+        :class:`~driver.errors.ForeignBlockError` for a WAL or source topic that is
+        not its bound stream's."""
         with self._lock:
             self._require_active(info.stream_id)
             self._require_session(info.stream_id, session)
+            binding = self.receivers[info.stream_id].binding
         self.limits.check_block(info)
+        if binding is not None:
+            binding.check(info)
         return self.block_tracker.add_block(info)
 
     def report_error(self, stream_id: int, message: str, error: str,

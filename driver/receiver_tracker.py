@@ -12,7 +12,9 @@ see :class:`~driver.receiver_commands.CommandMailbox`: never dropped). Local API
 Security (:mod:`walstream.rpc.auth`): every call must present the application's
 call token (:class:`~driver.endpoint_auth.CallAuthInterceptor`, UNAUTHENTICATED
 otherwise); AddBlock, Report and Control must present their stream's current
-session token (PERMISSION_DENIED otherwise); the registration answer, every AddBlock answer and
+session token (PERMISSION_DENIED otherwise); a launched stream takes only blocks
+of its own WAL and source topics (:class:`~driver.stream_binding.StreamBinding`,
+PERMISSION_DENIED otherwise); the registration answer, every AddBlock answer and
 every command carry the driver key's MAC.
 
 Receivers run as long-running single-task Spark jobs, one per receiver, each on
@@ -46,6 +48,7 @@ from driver.receiver_scheduling import (
     located_single_partition_rdd,
     reschedule_receiver,
 )
+from driver.stream_binding import StreamBinding
 from receiver.block_info import ReceivedBlockInfo
 from receiver.states import ReceiverState
 from receiver.task import ReceiverTaskSpec, run_receiver_task
@@ -251,6 +254,10 @@ class ReceiverTracker(LocalReceiverEndpoint):
 
     def start_all_receivers(self, sc: Any, specs: list[ReceiverTaskSpec],
                             relaunch_delay_s: float = 1.0, max_relaunches: int = 100) -> None:
+        """Launch one Spark job per spec. Each stream is first bound to its spec's WAL
+        and its receiver's declared source topics (:class:`StreamBinding`)."""
+        for spec in specs:
+            self.bind(StreamBinding.of_spec(spec))
         for spec in specs:
             t = threading.Thread(target=self._run_receiver_job,
                                  args=(sc, spec, relaunch_delay_s, max_relaunches),
