@@ -17,12 +17,22 @@ and ``spark.authenticate.secret`` set, the endpoint's keys derive from that
 secret, as Spark's own RPC authenticates with it; otherwise the engine generates
 a secret when it starts. Either way receivers get derived keys in their task
 spec, never the secret.
+
+TLS (:func:`endpoint_tls`): ``spark.walstream.endpoint.ssl.enabled=true`` serves
+the endpoint over TLS with the PEM private key ``...ssl.keyFile`` (unencrypted)
+and certificate chain ``...ssl.certFile``, read on the driver. Receivers trust
+the PEM certificate(s) of ``...ssl.trustFile`` (default: the certificate file
+itself, right for a self-signed certificate); the driver reads that file too and
+carries its contents in every receiver's task spec, so executors need no file.
+The certificate must name the advertised host (``spark.walstream.endpoint.host``)
+in its subject alternative names: receivers check it.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from walstream.errors import ConfigError
 
@@ -32,6 +42,10 @@ PORT_KEY = "spark.walstream.endpoint.port"
 LOOPBACK = "127.0.0.1"
 SPARK_AUTH_KEY = "spark.authenticate"
 SPARK_AUTH_SECRET_KEY = "spark.authenticate.secret"
+SSL_ENABLED_KEY = "spark.walstream.endpoint.ssl.enabled"
+SSL_KEY_FILE_KEY = "spark.walstream.endpoint.ssl.keyFile"
+SSL_CERT_FILE_KEY = "spark.walstream.endpoint.ssl.certFile"
+SSL_TRUST_FILE_KEY = "spark.walstream.endpoint.ssl.trustFile"
 
 
 def is_local_master(master: str | None) -> bool:
@@ -87,3 +101,55 @@ def spark_auth_secret(conf: Mapping[str, str]) -> bytes | None:
         return None
     secret = conf.get(SPARK_AUTH_SECRET_KEY)
     return secret.encode("utf-8") if secret else None
+
+
+@dataclass(frozen=True)
+class EndpointTls:
+    """The endpoint's PEM private key and certificate chain, and the PEM certificate(s)
+    receivers trust. Nothing shows in ``repr``."""
+
+    key_pem: bytes = field(repr=False)
+    cert_pem: bytes = field(repr=False)
+    trust_pem: bytes = field(repr=False)
+
+
+def _read_pem(conf: Mapping[str, str], key: str, what: str) -> bytes:
+    path = conf.get(key)
+    if not path:
+        raise ConfigError(f"{SSL_ENABLED_KEY}=true needs {key} ({what})")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path!r}: {exc.strerror or exc}") from None
+    if b"-----BEGIN " not in data:
+        raise ConfigError(f"{key}: {path!r} holds no PEM data ({what})")
+    return data
+
+
+def endpoint_tls(conf: Mapping[str, str]) -> EndpointTls | None:
+    """The endpoint's TLS material as ``conf`` sets it, read now; None when TLS is off."""
+    if not _flag(conf, SSL_ENABLED_KEY):
+        return None
+    key = _read_pem(conf, SSL_KEY_FILE_KEY, "the PEM private key, unencrypted")
+    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in key or b"Proc-Type: 4,ENCRYPTED" in key:
+        raise ConfigError(f"{SSL_KEY_FILE_KEY}: the private key is encrypted; gRPC needs "
+                          "it unencrypted (protect the file instead)")
+    cert = _read_pem(conf, SSL_CERT_FILE_KEY, "the PEM certificate chain")
+    trust = (_read_pem(conf, SSL_TRUST_FILE_KEY, "the PEM certificate(s) receivers trust")
+             if conf.get(SSL_TRUST_FILE_KEY) else cert)
+    # Checked here, where the keys can be named: gRPC says only that it cannot bind.
+    try:
+        # A password callback, so an encrypted key fails instead of prompting.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+            conf[SSL_CERT_FILE_KEY], conf[SSL_KEY_FILE_KEY], password=lambda: b"")
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"{SSL_CERT_FILE_KEY} and {SSL_KEY_FILE_KEY}: not a certificate "
+                          f"chain and its private key ({exc})") from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(
+            cadata=trust.decode("ascii", "replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        setting = SSL_TRUST_FILE_KEY if conf.get(SSL_TRUST_FILE_KEY) else SSL_CERT_FILE_KEY
+        raise ConfigError(f"{setting}: not PEM certificates to trust ({exc})") from None
+    return EndpointTls(key, cert, trust)

@@ -32,7 +32,7 @@ from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
 from driver.durations import conf_time_ms
-from driver.endpoint_conf import endpoint_addresses, spark_auth_secret
+from driver.endpoint_conf import EndpointTls, endpoint_addresses, endpoint_tls, spark_auth_secret
 from driver.job_generator import (
     DEFAULT_ALLOCATE_BACKOFF_MS,
     DEFAULT_ALLOCATE_RETRIES,
@@ -111,8 +111,9 @@ class EngineConfig:
     allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS
     max_block_bytes: int = BlockGeneratorConfig.max_block_bytes
     # The application secret the endpoint's keys derive from (Spark's, when
-    # spark.authenticate sets one; None: generated at start).
+    # spark.authenticate sets one; None: generated at start), and its TLS material.
     endpoint_secret: bytes | None = field(default=None, repr=False)
+    endpoint_tls: EndpointTls | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_max_block_bytes(self.max_block_bytes)
@@ -153,6 +154,7 @@ class EngineConfig:
         kw.setdefault("max_block_bytes",
                       max_block_bytes_from_conf(conf, BlockGeneratorConfig.max_block_bytes))
         kw.setdefault("endpoint_secret", spark_auth_secret(conf))
+        kw.setdefault("endpoint_tls", endpoint_tls(conf))
         return cls(**kw)
 
     def endpoint_credentials(self) -> EndpointCredentials:
@@ -333,8 +335,8 @@ class StreamingEngine:
            block tracker. Log-before-mutate holds across a restart only if the
            queues and allocations are the logged ones before anything can add a
            block or allocate a batch, and every later step can.
-        2. Bind the receiver endpoint, with the application's credentials.
-           After 1: it answers a registering receiver with the
+        2. Bind the receiver endpoint, with the application's credentials (and TLS
+           when configured). After 1: it answers a registering receiver with the
            source positions the replay restored (where the receiver resumes) and
            logs the receiver's blocks to the replayed tracker. Before 4: the
            receivers' task specs carry its address and credentials.
@@ -358,7 +360,7 @@ class StreamingEngine:
             self.config.endpoint_bind_host or self.config.endpoint_host,
             self.config.endpoint_port, listener=self._on_receiver_event,
             advertised_host=self.config.endpoint_host,
-            credentials=self.config.endpoint_credentials())
+            credentials=self.config.endpoint_credentials(), tls=self.config.endpoint_tls)
         self.bus.start()                                                        # 3
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
         self._launch_receivers(endpoint)                                        # 4

@@ -15,7 +15,8 @@ otherwise); AddBlock, Report and Control must present their stream's current
 session token (PERMISSION_DENIED otherwise); a launched stream takes only blocks
 of its own WAL and source topics (:class:`~driver.stream_binding.StreamBinding`,
 PERMISSION_DENIED otherwise); the registration answer, every AddBlock answer and
-every command carry the driver key's MAC.
+every command carry the driver key's MAC. With :class:`~driver.endpoint_conf.EndpointTls`
+the endpoint serves TLS only.
 
 Receivers run as long-running single-task Spark jobs, one per receiver, each on
 its own driver thread. When a job ends while the tracker is running (the worker
@@ -36,7 +37,7 @@ from typing import Any, NoReturn
 import grpc
 
 from driver.endpoint_auth import CallAuthInterceptor
-from driver.endpoint_conf import host_port
+from driver.endpoint_conf import EndpointTls, host_port
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReceiverPermissionError, ReportLimitError, UnknownReceiverError
 from driver.listener import StreamingListenerReceiverError
@@ -79,11 +80,13 @@ class ReceiverTracker(LocalReceiverEndpoint):
         limits: EndpointLimits | None = None,
         advertised_host: str | None = None,
         credentials: auth.EndpointCredentials | None = None,
+        tls: EndpointTls | None = None,
     ) -> None:
         """Listens on ``host:port`` (port 0: any free one); receivers are told
         ``advertised_host`` (default ``host``) and the bound port, as ``address``.
-        ``credentials``: the application's keys (default: generated).
-        :attr:`credentials` is what receivers need, published for this process under
+        ``credentials``: the application's keys (default: generated); with ``tls``
+        the endpoint serves TLS only. :attr:`credentials` is what receivers need
+        (with ``tls``'s trusted certificates), published for this process under
         :attr:`address` (:func:`~walstream.rpc.auth.local_credentials`) while the
         endpoint runs.
         ``max_workers``: threads for the unary calls (default
@@ -103,7 +106,8 @@ class ReceiverTracker(LocalReceiverEndpoint):
             ("grpc.max_receive_message_length", self.limits.max_message_bytes),
             ("grpc.max_send_message_length", self.limits.max_message_bytes),
         ]
-        self.credentials = credentials or auth.EndpointCredentials.generate()
+        self.credentials = (credentials or auth.EndpointCredentials.generate()).with_tls_root(
+            tls.trust_pem if tls is not None else None)
         self.auth = CallAuthInterceptor(self.credentials.call_token)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="rpc"),
@@ -127,10 +131,20 @@ class ReceiverTracker(LocalReceiverEndpoint):
         }
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(m.SERVICE, handlers),))
-        bound = self._server.add_insecure_port(host_port(host, port))
+        if tls is None:
+            bound = self._server.add_insecure_port(host_port(host, port))
+        else:
+            try:
+                bound = self._server.add_secure_port(
+                    host_port(host, port), grpc.ssl_server_credentials([(tls.key_pem,
+                                                                         tls.cert_pem)]))
+            except RuntimeError as exc:  # the port, or gRPC refusing the key material
+                raise OSError(f"ReceiverTracker cannot serve TLS on {host_port(host, port)}: "
+                              f"{exc}") from None
         if bound == 0:
             raise OSError(f"ReceiverTracker cannot bind {host_port(host, port)}")
         self.address = host_port(advertised_host or host, bound)
+        self.tls = tls is not None
         self._threads: dict[int, threading.Thread] = {}
         self._placed: dict[int, ExecutorLocation | None] = {}
         self._server.start()

@@ -16,7 +16,8 @@ accepting AddBlock answer its session and block id (else
 and a command its session and a sequence number above the last one taken (else
 it is logged and ignored). A refused secret raises
 :class:`~receiver.errors.EndpointAuthError`, a refused session or block
-:class:`~receiver.errors.EndpointPermissionError`; neither is retried.
+:class:`~receiver.errors.EndpointPermissionError`; neither is retried. With TLS
+credentials the channel is TLS, trusting only the credentials' certificates.
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ class DriverClient:
         self._metadata = self.credentials.metadata if self.credentials else ()
         options = [("grpc.max_receive_message_length", m.MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", m.MAX_MESSAGE_BYTES)]
-        self._channel = grpc.insecure_channel(address, options)
+        root = self.credentials.tls_root_pem if self.credentials else None
+        if root is not None:
+            self._channel = grpc.secure_channel(
+                address, grpc.ssl_channel_credentials(root_certificates=root), options)
+        else:
+            self._channel = grpc.insecure_channel(address, options)
         self._lock = threading.Condition()
         self._sessions: dict[int, str] = {}  # stream -> this client's current session
         self._registering: dict[int, int] = {}  # stream -> registrations in flight
