@@ -4,11 +4,8 @@ plaintext or untrusting clients do not."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -36,62 +33,16 @@ from walstream.rpc import auth
 from walstream.rpc import messages as m
 from walstream.testing import MemoryWAL
 
-x509 = pytest.importorskip("cryptography.x509")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+tls_certs = pytest.importorskip("tests.driver.tls_certs")  # needs `cryptography`
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _key_pem(key: Any, password: bytes | None = None) -> bytes:
-    encryption = (serialization.BestAvailableEncryption(password) if password
-                  else serialization.NoEncryption())
-    return bytes(key.private_bytes(serialization.Encoding.PEM,
-                                   serialization.PrivateFormat.PKCS8, encryption))
-
-
-def _cert(subject: str, key: Any, issuer: tuple[str, Any] | None = None,
-          ca: bool = False) -> bytes:
-    """A PEM certificate for ``subject`` (valid for 127.0.0.1 and localhost), signed by
-    ``issuer`` (name, key) or by itself."""
-    now = datetime.datetime.now(datetime.UTC)
-    issuer_name, signing_key = issuer or (subject, key)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name)]))
-               .public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-            critical=False)
-    return bytes(builder.sign(signing_key, hashes.SHA256()).public_bytes(
-        serialization.Encoding.PEM))
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A CA, the endpoint's key and certificate signed by it, and an unrelated
-    self-signed certificate, as PEM files."""
-    d = tmp_path_factory.mktemp("pki")
-    ca_key, key, other_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    files = {
-        "ca": _cert("walstream test CA", ca_key, ca=True),
-        "key": _key_pem(key),
-        "cert": _cert("driver", key, issuer=("walstream test CA", ca_key)),
-        "other_key": _key_pem(other_key),
-        "other": _cert("someone else", other_key),
-        "encrypted_key": _key_pem(key, b"pw"),
-        "not_pem": b"hello",
-    }
-    paths = {}
-    for name, data in files.items():
-        paths[name] = d / f"{name}.pem"
-        paths[name].write_bytes(data)
+    """A CA, the endpoint's key and certificate signed by it, an unrelated self-signed
+    certificate and two bad files (:func:`tests.driver.tls_certs.write_pki`)."""
+    paths: dict[str, Path] = tls_certs.write_pki(tmp_path_factory.mktemp("pki"))
     return paths
 
 
