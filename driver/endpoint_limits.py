@@ -16,6 +16,7 @@ from driver.errors import ReportLimitError
 from receiver.block_info import ReceivedBlockInfo
 from walstream.errors import ConfigError
 from walstream.rpc import messages as m
+from walstream.rpc.auth import SESSION_TOKEN_CHARS
 from walstream.rpc.bounds import Bounds
 
 # Avro bytes of one source range besides its topic: partition (int) and two longs,
@@ -33,7 +34,7 @@ class EndpointLimits:
     * ``max_source_ranges_per_block``: ranges in one AddBlock (one per source
       partition a block holds data of).
     * ``max_name_bytes``: UTF-8 bytes of a block id, a topic (source or WAL), a
-      host or an executor id.
+      host, an executor id or a session token (so at least a token's length).
     * ``max_records_per_block``: a block's record count; no block under the WAL's
       256 MiB record limit holds more (each stored record takes at least 2 bytes).
     * ``max_report_chars``: characters of a Report's message and of its error kept
@@ -57,6 +58,9 @@ class EndpointLimits:
                      "max_report_chars", "max_message_bytes", "unary_workers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"EndpointLimits.{name} must be >= 1")
+        if self.max_name_bytes < SESSION_TOKEN_CHARS:
+            raise ConfigError(f"EndpointLimits.max_name_bytes must be >= {SESSION_TOKEN_CHARS}: "
+                              "an AddBlock carries a session token under the same bound")
         if self.max_message_bytes < self.worst_block_report_bytes():
             raise ConfigError(
                 f"EndpointLimits.max_message_bytes={self.max_message_bytes} is below the "
@@ -64,9 +68,10 @@ class EndpointLimits:
                 "other limits allow; raise it or lower the others")
 
     def worst_block_report_bytes(self) -> int:
-        """The largest AddBlock body (bytes) within these limits."""
+        """The largest AddBlock body (bytes) within these limits: its ranges, and three
+        more strings bounded by ``max_name_bytes`` (block id, WAL topic, session)."""
         ranges = self.max_source_ranges_per_block * (self.max_name_bytes + _RANGE_FIXED_BYTES)
-        return ranges + 2 * self.max_name_bytes + _REPORT_FIXED_BYTES
+        return ranges + 3 * self.max_name_bytes + _REPORT_FIXED_BYTES
 
     def add_block_bounds(self) -> Bounds:
         return Bounds(self.max_source_ranges_per_block, self.max_name_bytes,

@@ -382,3 +382,11 @@ def test_credentials_derive_from_a_secret_per_application() -> None:
     assert auth.EndpointCredentials.generate() != auth.EndpointCredentials.generate()
     with pytest.raises(ValueError, match="must not be empty"):
         auth.EndpointCredentials.from_secret(b"")
+
+
+def test_endpoint_limits_keep_room_for_a_session_token() -> None:
+    from driver.endpoint_limits import EndpointLimits
+
+    with pytest.raises(ValueError, match="max_name_bytes must be >= 43"):
+        EndpointLimits(max_name_bytes=auth.SESSION_TOKEN_CHARS - 1)
+    assert EndpointLimits(max_name_bytes=auth.SESSION_TOKEN_CHARS).max_name_bytes == 43

@@ -117,6 +117,10 @@ def new_session_token() -> str:
     return secrets.token_urlsafe(SECRET_BYTES)
 
 
+#: Characters of a session token (base64url of :data:`SECRET_BYTES` bytes, unpadded).
+SESSION_TOKEN_CHARS = len(new_session_token())
+
+
 def new_nonce() -> bytes:
     return secrets.token_bytes(NONCE_BYTES)
 
