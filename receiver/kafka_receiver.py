@@ -130,6 +130,9 @@ class KafkaReceiver(Receiver):
             out.append(TopicPartition(tp.topic, tp.partition, offset))
         return out
 
+    def source_topics(self) -> list[str]:
+        return sorted(self.topics)
+
     def onStart(self) -> None:
         conf = {
             "bootstrap.servers": self.bootstrap_servers,

@@ -40,6 +40,9 @@ class RateGeneratorReceiver(Receiver):
     def source_name(self) -> str:
         return f"generator-{self.seed}"
 
+    def source_topics(self) -> list[str]:
+        return [self.source_name]
+
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_thread"] = None

@@ -48,6 +48,13 @@ class Receiver:
     def on_block_reported(self, block_id: str, metadata: Any) -> None:
         """Called after the driver acknowledged a block: acknowledge the source here."""
 
+    def source_topics(self) -> Iterable[str] | None:
+        """The source topics this receiver's blocks name in their source ranges
+        (``store(..., metadata)`` positions). The driver refuses a range naming any
+        other topic, so no one holding this stream's session can move another
+        source's positions. None (the default): this receiver reports no ranges."""
+        return None
+
     # -- Spark's API -------------------------------------------------------------
 
     @property
