@@ -8,23 +8,36 @@ workers with a Python shipped to them as an archive (``--archives``, the layout
 venv-pack makes); a host can be killed as a power cut would; and every namespace,
 link, mount and process goes away, also when the start fails midway.
 
+The full proof (issue 27 item 5): through spark-submit, a Kafka word count with a
+receiver stream and a direct stream (walstream.testing.multihost_app) runs on executors
+that get their Python from ``walstream package``; every process of the worker host
+running the receiver is SIGKILLed mid-run (the receiver relaunches on the other) and
+the driver host's too (getOrCreate restarts it); the totals are exact per stream, and
+a forged Register and AddBlock from the broker host, without the application's
+secret, are refused.
+
 Skips, printing why, where network namespaces cannot be made (not root, no iproute2).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from walstream import procs
-from walstream.testing import wait_until
+from walstream.testing import multihost_app, wait_until
 from walstream.testing.multihost_cluster import MultiHostCluster
 from walstream.testing.netns import NetLab, leftovers, log, namespaces_available, repository_root
 
@@ -45,7 +58,9 @@ def namespaces() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(namespaces: None) -> Iterator[MultiHostCluster]:
-    c = MultiHostCluster(workers=2)
+    # Two cores a worker: after one worker host dies, the other runs the relaunched
+    # receiver and still has a core for batches.
+    c = MultiHostCluster(workers=2, worker_cores=2)
     run_id = c.lab.run_id
     try:
         yield c
@@ -62,7 +77,14 @@ def test_a_start_that_fails_midway_leaves_nothing(namespaces: None) -> None:
     def fail(lab: NetLab, step: str) -> None:
         seen["run_id"] = lab.run_id
         if step == "spark master":
-            seen["pids"] = [p for h in lab.hosts for p in lab.pids(h)]
+            def pids() -> list[int]:
+                return [p for h in lab.hosts for p in lab.pids(h)]
+
+            # A process just started is in its host's namespace once `ip netns exec`
+            # has entered it, a moment after it was spawned.
+            wait_until(lambda: len(pids()) >= 2, 10, "broker and master in their hosts",
+                       poll_s=0.05)
+            seen["pids"] = pids()
             raise RuntimeError("injected failure")
 
     with pytest.raises(RuntimeError, match="injected failure"):
@@ -252,3 +274,294 @@ def test_kill_host_kills_every_process_of_a_worker(cluster: MultiHostCluster) ->
     # The host's network stays: it can run processes again.
     assert cluster.call("worker2", ["ip", "-o", "-4", "addr", "show", "dev", "eth0"]
                         ).stdout.count(cluster.ip("worker2")) == 1
+
+
+# -- the full proof: a word count through spark-submit, a worker host and the driver killed --
+
+BATCH_S = 2.0
+ENDPOINT_PORT = 17400  # the driver's receiver endpoint; fixed so the forger can dial it
+#: Records per input topic and their rate, fed from the broker host: from the start,
+#: from the worker host's kill (on past the driver's kill), from the driver's kill.
+PHASES = ((400, 20.0), (400, 20.0), (300, 30.0))
+WORDCOUNT_TIMEOUT_S = 180  # bound on each wait of the word count test
+TAG_OF = {"receiver": "r", "direct": "d"}
+
+
+@pytest.fixture(scope="module")
+def executor_env(namespaces: None) -> Iterator[Path]:
+    """The executors' environment, built once by ``walstream package``."""
+    from walstream import packaging
+
+    with tempfile.TemporaryDirectory(prefix="walstream-mh-env-") as tmp:
+        started = time.monotonic()
+        archive = packaging.build(Path(tmp) / "env.tar.gz")
+        log(f"walstream package built {archive.stat().st_size / 2**20:.1f} MiB in "
+            f"{time.monotonic() - started:.1f}s")
+        yield archive
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
+
+
+def _last_json(text: str) -> Any:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON line in:\n{text[-3000:]}")
+
+
+class WordCountRun:
+    """The word count of multihost_app on ``cluster``: its topics, feeds, spark-submit
+    runs and what it writes."""
+
+    def __init__(self, cluster: MultiHostCluster, env_archive: Path) -> None:
+        self.cluster = cluster
+        self.env_archive = env_archive
+        self.work = cluster.lab.run_dir / f"wordcount-{time.monotonic_ns()}"
+        self.ckpt, self.out = self.work / "ckpt", self.work / "out"
+        self.out.mkdir(parents=True)
+        self.topics = {"receiver": "in-receiver", "direct": "in-direct"}
+        self.sink = "out-counts"
+        self.feeds: list[subprocess.Popen[bytes]] = []
+        self.app: subprocess.Popen[bytes] | None = None
+        self.submits = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.broker_bootstrap
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.cluster.ip('driver')}:{ENDPOINT_PORT}"
+
+    def tool(self, *args: str, timeout: float = 60) -> Any:
+        """``multihost_app <args>`` on the broker host (it sees the repository); its JSON."""
+        res = self.cluster.call("broker", [sys.executable, "-m", "walstream.testing.multihost_app",
+                                           *args], timeout=timeout)
+        assert res.returncode == 0, f"multihost_app {args[0]} failed:\n{res.stderr[-3000:]}"
+        return _last_json(res.stdout)
+
+    def create_topics(self) -> None:
+        self.tool("topics", "--bootstrap", self.bootstrap, *self.topics.values(), self.sink)
+
+    def feed(self, phase: int) -> None:
+        records, rate = PHASES[phase]
+        self.feeds.append(self.cluster.run("broker", [
+            sys.executable, "-m", "walstream.testing.multihost_app", "feed",
+            "--bootstrap", self.bootstrap, "--records", str(records), "--rate", str(rate),
+            *[a for i, t in enumerate(self.topics.values())
+              for a in ("--topic", f"{t}:{100 * (phase + 1) + i}")]], name=f"feed-{phase}"))
+
+    def fed(self) -> dict[str, Any]:
+        """What the broker acknowledged, summed over the feeds, per stream."""
+        fed: dict[str, Any] = {k: {"expected": Counter(), "good": 0, "bad": 0}
+                               for k in self.topics}
+        for p in self.feeds:
+            p.wait(timeout=WORDCOUNT_TIMEOUT_S)
+            log_text = self.cluster.lab.log_path(p).read_text(errors="replace")
+            assert p.returncode == 0, log_text[-3000:]
+            report = _last_json(log_text)
+            for kind, topic in self.topics.items():
+                assert report[topic]["failed"] == [], report[topic]["failed"]
+                fed[kind]["expected"].update(report[topic]["expected"])
+                fed[kind]["good"] += report[topic]["good"]
+                fed[kind]["bad"] += report[topic]["bad"]
+        return fed
+
+    def submit(self) -> subprocess.Popen[bytes]:
+        self.submits += 1
+        app = Path(multihost_app.__file__)
+        self.app = self.cluster.spark_submit(
+            app, ["app", str(self.ckpt), str(self.out), "--bootstrap", self.bootstrap,
+                  "--receiver-topic", self.topics["receiver"],
+                  "--direct-topic", self.topics["direct"], "--sink", self.sink,
+                  "--batch", str(BATCH_S)],
+            archives=[f"{self.env_archive}#environment"],
+            conf={"spark.pyspark.python": "./environment/bin/python",
+                  "spark.walstream.kafka.bootstrapServers": self.bootstrap,
+                  "spark.walstream.endpoint.port": str(ENDPOINT_PORT)},
+            env={"PYSPARK_DRIVER_PYTHON": sys.executable})
+        return self.app
+
+    def app_exited(self) -> str | None:
+        if self.app is not None and self.app.poll() is not None:
+            return f"spark-submit exited with {self.app.returncode}"
+        return None
+
+    def details(self) -> str:
+        tail = self.cluster.lab.log_tail(self.app, 60) if self.app is not None else ""
+        return (f"receivers: {self.receivers()}\nbatches completed: {len(self.batches())}\n"
+                f"--- spark-submit ({self.submits}):\n{tail}")
+
+    def batches(self, since: float = 0.0) -> list[dict[str, Any]]:
+        return [b for b in _jsonl(self.out / "progress.jsonl") if b["wall"] >= since]
+
+    def receivers(self, since: float = 0.0) -> list[dict[str, Any]]:
+        return [r for r in _jsonl(self.out / "receivers.jsonl") if r["wall"] >= since]
+
+    def started(self, since: float = 0.0) -> list[dict[str, Any]]:
+        return [r for r in _jsonl(self.out / "started.jsonl") if r["wall"] >= since]
+
+    def host_of(self, receiver: dict[str, Any]) -> str | None:
+        """The worker host whose processes include the receiver's Python worker."""
+        pid = int(receiver["executor"].rsplit(":", 1)[1])
+        for w in self.cluster.worker_names:
+            if pid in self.cluster.lab.pids(w):
+                return w
+        return None
+
+    def receiver_stream(self) -> int:
+        return int(self.receivers()[0]["stream"])
+
+    def receiver_records_since(self, since: float) -> int:
+        if not self.receivers():
+            return 0
+        stream = str(self.receiver_stream())
+        return sum(b["records"].get(stream, 0) for b in self.batches(since))
+
+    def totals(self) -> dict[str, int]:
+        with contextlib.suppress(OSError, ValueError):
+            return dict(json.loads((self.out / "totals.json").read_text()))
+        return {}
+
+    def output(self) -> dict[str, Any]:
+        return dict(self.tool("read", "--bootstrap", self.bootstrap, "--sink", self.sink,
+                              timeout=120))
+
+    def forge(self) -> dict[str, Any]:
+        return dict(self.tool("forge", "--address", self.endpoint,
+                              "--stream", str(self.receiver_stream()),
+                              "--source-topic", self.topics["receiver"]))
+
+    def close(self) -> None:
+        """Kill what the run started that still runs (the driver host holds only the
+        app) and remove its files."""
+        if self.app is not None and self.app.poll() is None:
+            self.cluster.kill_host("driver")
+        for p in self.feeds:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _tagged(fed: dict[str, Any]) -> dict[str, int]:
+    return {f"{TAG_OF[kind]} {w}": n for kind, f in fed.items() for w, n in f["expected"].items()}
+
+
+def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dying(
+        cluster: MultiHostCluster, executor_env: Path) -> None:
+    test_started = time.monotonic()
+    for w in cluster.worker_names:  # an earlier test may have killed one
+        if cluster.procs[w].poll() is not None:
+            cluster.start_worker(w)
+    # venv-pack's bin/python links to the interpreter the driver's venv was made from:
+    # installed on every host (the repository and the venv are not).
+    python = (Path(sys.base_prefix) / "bin"
+              / f"python{sys.version_info.major}.{sys.version_info.minor}")
+    for w in cluster.worker_names:
+        assert cluster.call(w, ["test", "-x", str(python)]).returncode == 0, (w, python)
+    run = WordCountRun(cluster, executor_env)
+    fig: dict[str, Any] = {}
+    try:
+        run.create_topics()
+        run.feed(0)
+        submitted = time.time()
+        run.submit()
+        wait_until(lambda: bool(run.batches(submitted)) and run.receiver_records_since(0) > 0
+                   and any(run.host_of(r) for r in run.receivers()), WORDCOUNT_TIMEOUT_S,
+                   "batches with the receiver's records, the receiver on a worker",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        fig["submit -> first batch"] = run.batches(submitted)[0]["wall"] - submitted
+
+        # 1. Power cut on the worker host running the receiver.
+        receiver = next(r for r in reversed(run.receivers()) if run.host_of(r))
+        victim = run.host_of(receiver)
+        assert victim is not None
+        survivor = next(w for w in cluster.worker_names if w != victim)
+        killed_at = time.time()
+        fig["worker host kill"] = f"{victim}: {len(cluster.kill_host(victim))} processes"
+        run.feed(1)
+        wait_until(lambda: any(run.host_of(r) == survivor for r in run.receivers(killed_at)),
+                   WORDCOUNT_TIMEOUT_S, f"the receiver to be relaunched on {survivor}",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        relaunched = next(r for r in run.receivers(killed_at) if run.host_of(r) == survivor)
+        fig["worker kill -> receiver relaunched"] = relaunched["wall"] - killed_at
+        wait_until(lambda: run.receiver_records_since(relaunched["wall"]) > 0,
+                   WORDCOUNT_TIMEOUT_S, "a batch with records of the relaunched receiver",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        fig["worker kill -> its records in a batch"] = next(
+            b["wall"] for b in run.batches(relaunched["wall"])
+            if b["records"].get(str(run.receiver_stream()), 0)) - killed_at
+        cluster.start_worker(victim)  # the host is back, for the restarted driver
+
+        # 2. Power cut on the driver host, then the same spark-submit again.
+        killed_at = time.time()
+        feeding = run.feeds[-1].poll() is None
+        fig["driver host kill"] = (f"{len(cluster.kill_host('driver'))} processes, "
+                                   f"{'while' if feeding else 'after'} feeding")
+        assert run.app is not None and run.app.poll() is not None
+        run.feed(2)
+        restarted = time.time()
+        run.submit()
+        wait_until(lambda: bool(run.started(restarted)) and bool(run.batches(restarted))
+                   and any(run.host_of(r) for r in run.receivers(restarted)),
+                   WORDCOUNT_TIMEOUT_S, "the restarted driver's first batch and receiver",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        fig["restart -> context started"] = run.started(restarted)[0]["wall"] - restarted
+        fig["restart -> first batch"] = run.batches(restarted)[0]["wall"] - restarted
+        fig["restart -> receiver registered"] = run.receivers(restarted)[0]["wall"] - restarted
+        # Restored, not started afresh: it runs the batches whose time passed while it
+        # was down (a new context's first batch is one interval after its start).
+        up = run.started(restarted)[0]["wall"]
+        assert any(b["batch"] < up * 1000 for b in run.batches(restarted)), \
+            f"the restarted driver ran no batch of its down time:\n{run.details()}"
+
+        # 3. Forged receiver calls from the broker host, without the application's secret.
+        forged = run.forge()
+        for call, answer in forged.items():
+            assert answer["refused"], f"{call} was not refused: {answer}"
+            assert answer["error"] == "EndpointAuthError", (call, answer)
+            assert answer["code"] == "UNAUTHENTICATED", (call, answer)
+        fig["forged calls refused"] = ", ".join(sorted(forged))
+
+        # 4. Every word exactly once: in the running totals and in the sink.
+        fed = run.fed()
+        fed_at = time.time()
+        expected = _tagged(fed)
+
+        def over_or_exited() -> str | None:
+            over = {w: n for w, n in run.totals().items() if n > expected.get(w, 0)}
+            return f"totals over the input: {over}" if over else run.app_exited()
+
+        wait_until(lambda: run.totals() == expected, WORDCOUNT_TIMEOUT_S,
+                   "the running totals to equal the input", poll_s=1.0,
+                   progress=lambda: len(run.batches()), stall_s=60, abort=over_or_exited,
+                   details=lambda: f"totals {run.totals()}\nexpected {expected}\n"
+                                   + run.details())
+        fig["input complete -> totals exact"] = time.time() - fed_at
+        output = run.output()
+        for kind, tag in TAG_OF.items():
+            want, got = fed[kind]["expected"], Counter(output["counts"][tag])
+            lost, doubled = sum((want - got).values()), sum((got - want).values())
+            fig[f"{kind} stream: lines good/bad, words in/out, lost/doubled"] = (
+                f"{fed[kind]['good']}/{fed[kind]['bad']}, {sum(want.values())}/"
+                f"{sum(got.values())}, {lost}/{doubled}")
+            assert got == want, f"{kind} stream: {lost} words lost, {doubled} doubled"
+        fig["batches in the sink"] = output["batches"]
+        fig["batches of the down time run by the restarted driver"] = sum(
+            1 for b in run.batches(restarted) if b["batch"] < up * 1000)
+        fig["bad records reported by receivers"] = len(_jsonl(run.out / "errors.jsonl"))
+        fig["test time"] = time.monotonic() - test_started
+    finally:
+        print("\nmulti-host word count:")
+        for k, v in fig.items():
+            print(f"  {k}: {f'{v:.1f} s' if isinstance(v, float) else v}")
+        run.close()

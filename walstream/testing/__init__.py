@@ -12,7 +12,9 @@ Internal (the project's own test and chaos harness; may change without notice):
 ``fixtures`` (the pytest plugin the repository's root ``conftest.py`` loads: broker,
 Spark and naming fixtures), ``chaos``, ``chaos_app``, ``chaos_config``,
 ``chaos_feeder``, ``chaos_process``, ``crash_driver``, ``recovery_app``,
-``standalone`` and ``wal_writer``.
+``standalone``, ``wal_writer``, and the multi-host ones: ``netns`` (hosts as network
+namespaces), ``multihost_cluster`` (broker, Spark master, workers and a driver host
+on them) and ``multihost_app`` (the word count submitted there, and its tools).
 """
 
 from __future__ import annotations

@@ -6,12 +6,16 @@ hosts ``broker``, ``master``, ``worker1`` .. ``workerN`` and ``driver`` and star
 * on ``broker``: the embedded Tansu broker, listening on and advertising the
   host's own address (``broker_bootstrap``), memory storage;
 * on ``master``: a Spark standalone master (``spark_master_url``);
-* on each worker: a Spark standalone worker with 1 core, registered at the master.
+* on each worker: a Spark standalone worker with ``worker_cores`` cores (1 by
+  default), registered at the master; :meth:`start_worker` starts it again
+  after :meth:`kill_host` (a host back from a power cut).
 
 Master and workers are hidden hosts: they see neither the repository nor the
 virtualenv, only Spark itself at ``spark_home`` (pyspark's folder, bound
-read-only at the same path on every host) and the system's Java and Python, so
-an executor runs only Python shipped to it (``--archives``). ``broker`` and
+read-only at the same path on every host) and the installed Java and Pythons
+(the interpreter the driver's virtualenv was made from among them, as on hosts
+where the same Python is installed), so an executor runs only Python code
+shipped to it (``--archives``). ``broker`` and
 ``driver`` see the repository; the driver submits with :meth:`spark_submit`.
 :meth:`close` (also on a failed start) kills every process of every host and
 removes the network, as :class:`NetLab` does.
@@ -60,21 +64,22 @@ def _exited(procs: Mapping[str, subprocess.Popen[bytes]]) -> Callable[[], str | 
 
 
 class MultiHostCluster:
-    """Broker, Spark master, ``workers`` 1-core workers and a driver host; see the module.
+    """Broker, Spark master, ``workers`` workers and a driver host; see the module.
 
     ``on_step(lab, step)`` is called after each setup step, the network's and the
     cluster's (``"broker"``, ``"spark master"``, ``"spark workers"``, ``"ready"``).
     """
 
-    def __init__(self, workers: int = 2, *, worker_memory: str = "1g",
+    def __init__(self, workers: int = 2, *, worker_cores: int = 1, worker_memory: str = "1g",
                  daemon_memory: str = "256m", start_timeout_s: float = 120.0,
                  on_step: Callable[[NetLab, str], None] | None = None) -> None:
         import pyspark
 
-        if workers < 1:
-            raise ValueError("a cluster needs a worker")
+        if workers < 1 or worker_cores < 1:
+            raise ValueError("a cluster needs a worker, and a worker a core")
         self._pyspark_dir = Path(pyspark.__file__).resolve().parent
         self.worker_names = [f"worker{i + 1}" for i in range(workers)]
+        self.worker_cores = worker_cores
         self.worker_memory = worker_memory
         self.daemon_memory = daemon_memory
         self._on_step = on_step
@@ -142,15 +147,16 @@ class MultiHostCluster:
 
     def submit_conf(self, **overrides: str) -> dict[str, str]:
         """Spark settings for an app run by the driver host: its address, small memory,
-        one executor per worker, wait for all of them before the first job."""
+        one executor per worker with all its cores, wait for all of them before the
+        first job."""
         ip = self.ip("driver")
         conf = {
             "spark.driver.host": ip,
             "spark.driver.bindAddress": ip,
             "spark.driver.memory": "512m",
             "spark.executor.memory": "512m",
-            "spark.executor.cores": "1",
-            "spark.cores.max": str(len(self.worker_names)),
+            "spark.executor.cores": str(self.worker_cores),
+            "spark.cores.max": str(len(self.worker_names) * self.worker_cores),
             "spark.ui.enabled": "false",
             "spark.pyspark.driver.python": sys.executable,
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
@@ -203,6 +209,29 @@ class MultiHostCluster:
 
     # -- start and stop ----------------------------------------------------------------
 
+    def _run_worker(self, name: str) -> None:
+        if name not in self.worker_names:
+            raise KeyError(f"no worker {name!r}; workers: {self.worker_names}")
+        self.procs[name] = self.run(
+            name, [str(self.spark_home / "bin" / "spark-class"),
+                   "org.apache.spark.deploy.worker.Worker", "--host", self.ip(name),
+                   "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+                   "--work-dir", str(self.lab.host_dir(name) / "work"),
+                   "--webui-port", str(WORKER_UI_PORT), self.spark_master_url],
+            self.spark_env(name), name="worker")
+
+    def start_worker(self, name: str, timeout_s: float = 60.0) -> None:
+        """Start worker ``name``'s Spark worker again (after :meth:`kill_host`) and wait
+        until the master counts every worker alive."""
+        if self.procs.get(name) is not None and self.procs[name].poll() is None:
+            raise RuntimeError(f"the Spark worker of {name} is running")
+        self._run_worker(name)
+        n = len(self.worker_names)
+        wait_until(lambda: self.alive_workers() >= n, timeout_s,
+                   f"{name} to register again at {self.spark_master_url}", poll_s=POLL_S,
+                   abort=_exited({name: self.procs[name]}), details=self._details)
+        log(f"worker {name} started again")
+
     def _step(self, name: str) -> None:
         if self._on_step is not None:
             self._on_step(self.lab, name)
@@ -232,12 +261,7 @@ class MultiHostCluster:
                    f"the Spark master at {self.spark_master_url}", poll_s=POLL_S,
                    abort=_exited({"master": self.procs["master"]}), details=self._details)
         for w in self.worker_names:
-            self.procs[w] = self.run(
-                w, [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", self.ip(w),
-                    "--cores", "1", "--memory", self.worker_memory,
-                    "--work-dir", str(self.lab.host_dir(w) / "work"),
-                    "--webui-port", str(WORKER_UI_PORT), self.spark_master_url],
-                self.spark_env(w), name="worker")
+            self._run_worker(w)
         self._step("spark workers")
         if not self.broker_ready(max(5.0, deadline - time.monotonic())):
             raise RuntimeError(f"the broker at {self.broker_bootstrap} did not answer Kafka "
