@@ -32,7 +32,13 @@ from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
 from driver.durations import conf_time_ms
-from driver.endpoint_conf import EndpointTls, endpoint_addresses, endpoint_tls, spark_auth_secret
+from driver.endpoint_conf import (
+    LOOPBACK,
+    EndpointTls,
+    endpoint_addresses,
+    endpoint_tls,
+    spark_auth_secret,
+)
 from driver.job_generator import (
     DEFAULT_ALLOCATE_BACKOFF_MS,
     DEFAULT_ALLOCATE_RETRIES,
@@ -101,7 +107,7 @@ class EngineConfig:
     pid: dict[str, str] = field(default_factory=dict)
     # What receivers dial, and what the endpoint listens on ("": endpoint_host);
     # driver/endpoint_conf.py says how a Spark conf sets them.
-    endpoint_host: str = "127.0.0.1"
+    endpoint_host: str = LOOPBACK  # from_spark_conf: the conf's (endpoint_conf.py)
     endpoint_port: int = 0
     endpoint_bind_host: str = ""
     relaunch_delay_s: float = 1.0

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import grpc
 
 from driver.endpoint_auth import CallAuthInterceptor
-from driver.endpoint_conf import EndpointTls, host_port
+from driver.endpoint_conf import LOOPBACK, EndpointTls, host_port
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReceiverPermissionError, ReportLimitError, UnknownReceiverError
 from driver.listener import StreamingListenerReceiverError
@@ -73,7 +73,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
         self,
         block_tracker: ReceivedBlockTracker,
         stream_ids: list[int],
-        host: str = "127.0.0.1",
+        host: str = LOOPBACK,
         port: int = 0,
         max_workers: int | None = None,
         listener: Listener | None = None,

@@ -264,7 +264,7 @@ def _run_child(mode: str, archive: Path, timeout_s: float) -> float:
     props = _write_properties(f"{option} {_QUIET}")
     env = {k: v for k, v in os.environ.items() if k != SUBMIT_ARGS}
     env[SUBMIT_ARGS] = _submit_args(props)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the child's master is local[2]
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         done = subprocess.run([sys.executable, "-m", __name__], env=env,
