@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from receiver.driver_client import DriverClient
 from receiver.errors import EndpointAuthError, EndpointPermissionError
 from receiver.rate_receiver import RateGeneratorReceiver
 from receiver.task import ReceiverTaskSpec
+from tests.driver.helpers import CommandFollower
 from wal import RecordHandle
 from walstream.rpc import auth
 from walstream.rpc import messages as m
@@ -284,26 +284,15 @@ def test_a_control_stream_follows_its_receivers_new_session_after_a_restart_in_p
 ) -> None:
     tracker, _ = endpoint
     client = clients[0]
-    commands = client.control(0)
-    got: list[dict[str, Any]] = []
-
-    def follow() -> None:
-        for cmd in commands:
-            if cmd["kind"] != "HEARTBEAT":
-                got.append(cmd)
-            if cmd["kind"] == "STOP":
-                return
-
-    t = threading.Thread(target=follow, daemon=True)
-    t.start()
+    follower = CommandFollower(client.control(0))
+    got = follower.got
     tracker.update_rate_limit(0, 5.0)
     wait_until(lambda: len(got) == 1, 10, "the first rate update")
     client.deregister_receiver(0, "restart in place", "")
     assert client.register_receiver(0, "h", "e0b").accepted
     tracker.update_rate_limit(0, 7.0)
     tracker.restart_receiver(0)
-    t.join(15)
-    assert not t.is_alive(), f"no STOP reached the new session's stream: {got}"
+    assert follower.until_stop(15), f"no STOP reached the new session's stream: {got}"
     assert [(c["kind"], c["rate_limit"]) for c in got[:2]] == [
         ("UPDATE_RATE_LIMIT", 5.0), ("UPDATE_RATE_LIMIT", 7.0)]
     assert got[-1]["kind"] == "STOP"

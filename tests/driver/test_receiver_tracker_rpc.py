@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-import grpc
 import pytest
 
 from driver.events import BlockAddition, decode_event
@@ -15,6 +13,7 @@ from driver.receiver_tracker import ReceiverTracker
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from receiver.driver_client import DriverClient
+from tests.driver.helpers import CommandFollower
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 from wal.base import WriteAheadLog
 
@@ -126,24 +125,9 @@ def _commands_until_stop(client: DriverClient, stream: int, timeout_s: float
                          ) -> tuple[list[dict[str, object]], bool]:
     """The commands a Control stream delivers (heartbeats left out) until STOP;
     ``(commands, stopped)``, stopped False when no STOP came within ``timeout_s``."""
-    got: list[dict[str, object]] = []
-    stream_iter = client.control(stream)
-
-    def follow() -> None:
-        with contextlib.suppress(grpc.RpcError):  # cancelled below when no STOP came
-            for cmd in stream_iter:
-                if cmd["kind"] != "HEARTBEAT":
-                    got.append(cmd)
-                if cmd["kind"] == "STOP":
-                    return
-
-    t = threading.Thread(target=follow, daemon=True)
-    t.start()
-    t.join(timeout_s)
-    stopped = not t.is_alive()
-    if not stopped:
-        stream_iter.cancel()  # type: ignore[attr-defined]
-    return got, stopped
+    follower = CommandFollower(client.control(stream))
+    stopped = follower.until_stop(timeout_s)
+    return follower.got, stopped
 
 
 def test_stop_after_many_rate_updates_and_cleanups_is_delivered() -> None:

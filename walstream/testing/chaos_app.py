@@ -68,7 +68,7 @@ def main() -> None:
 
     from pyspark import SparkConf, SparkContext
 
-    from driver import KafkaSink, KafkaUtils, StreamingContext, StreamingListener
+    from driver import KafkaSink, KafkaUtils, StreamingContext
     from driver.spark import spark_environment
 
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
@@ -121,16 +121,33 @@ def main() -> None:
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
+    ssc.addStreamingListener(progress_recorder(out))
+    ssc.start()
+    ssc.awaitTermination()
+
+
+def progress_recorder(out: Path) -> Any:
+    """A listener writing an app's progress as JSON lines under ``out``, for the
+    harness that watches it from another process: ``started.jsonl`` (each start),
+    ``progress.jsonl`` (each completed batch: time, records per stream),
+    ``receivers.jsonl`` (where each receiver started) and ``errors.jsonl``."""
+    from driver import StreamingListener
 
     class Recorder(StreamingListener):
+        def onStreamingStarted(self, streamingStarted: Any) -> None:  # noqa: N803
+            _append(out / "started.jsonl", {"pid": os.getpid(), "wall": time.time()})
+
         def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
             info = batchCompleted.batchInfo()
-            _append(out / "progress.jsonl", {"pid": os.getpid(), "wall": time.time(),
-                                              "batch": info.batchTime().milliseconds()})
+            _append(out / "progress.jsonl", {
+                "pid": os.getpid(), "wall": time.time(),
+                "batch": info.batchTime().milliseconds(),
+                "records": {str(s): i.numRecords()
+                            for s, i in info.streamIdToInputInfo().items()}})
 
         def onReceiverStarted(self, receiverStarted: Any) -> None:  # noqa: N803
             info = receiverStarted.receiverInfo()
-            _append(out / "receivers.jsonl", {"stream": info.stream_id,
+            _append(out / "receivers.jsonl", {"stream": info.stream_id, "wall": time.time(),
                                                "executor": info.executor_id})
 
         def onReceiverError(self, receiverError: Any) -> None:  # noqa: N803
@@ -138,9 +155,7 @@ def main() -> None:
             _append(out / "errors.jsonl", {"stream": info.stream_id,
                                             "message": info.last_error_message})
 
-    ssc.addStreamingListener(Recorder())
-    ssc.start()
-    ssc.awaitTermination()
+    return Recorder()
 
 
 if __name__ == "__main__":

@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from walstream.testing import chaos_app
-from walstream.testing.chaos_app import _append, decode_value
+from walstream.testing.chaos_app import decode_value
 from walstream.testing.recovery_app import _write
 
 TAGS = {"receiver": "r", "direct": "d"}
@@ -50,7 +48,7 @@ TAGS = {"receiver": "r", "direct": "d"}
 def run_app(args: argparse.Namespace) -> None:
     from pyspark import SparkConf, SparkContext, cloudpickle
 
-    from driver import KafkaSink, KafkaUtils, StreamingContext, StreamingListener
+    from driver import KafkaSink, KafkaUtils, StreamingContext
 
     cloudpickle.register_pickle_by_value(chaos_app)
     out: Path = args.out
@@ -88,30 +86,7 @@ def run_app(args: argparse.Namespace) -> None:
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
-
-    class Recorder(StreamingListener):
-        def onStreamingStarted(self, streamingStarted: Any) -> None:  # noqa: N803
-            _append(out / "started.jsonl", {"pid": os.getpid(), "wall": time.time()})
-
-        def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
-            info = batchCompleted.batchInfo()
-            _append(out / "progress.jsonl", {
-                "pid": os.getpid(), "wall": time.time(),
-                "batch": info.batchTime().milliseconds(),
-                "records": {str(s): i.numRecords()
-                            for s, i in info.streamIdToInputInfo().items()}})
-
-        def onReceiverStarted(self, receiverStarted: Any) -> None:  # noqa: N803
-            info = receiverStarted.receiverInfo()
-            _append(out / "receivers.jsonl", {"stream": info.stream_id, "wall": time.time(),
-                                               "executor": info.executor_id})
-
-        def onReceiverError(self, receiverError: Any) -> None:  # noqa: N803
-            info = receiverError.receiverInfo()
-            _append(out / "errors.jsonl", {"stream": info.stream_id,
-                                            "message": info.last_error_message})
-
-    ssc.addStreamingListener(Recorder())
+    ssc.addStreamingListener(chaos_app.progress_recorder(out))
     ssc.start()
     ssc.awaitTermination()
 
