@@ -35,6 +35,7 @@ lint: setup
 	$(BIN)/mypy
 
 test: setup lint
+	@scripts/ensure-chromium.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: setup
