@@ -17,6 +17,14 @@ SPARK-5233 mixed leftover blocks into new batches); an allocation logged again
 (a write that timed out and then landed) is applied once, and a block that a
 later allocation names again belongs to that later batch, which is what the
 live tracker ran after the earlier write failed.
+
+A long replay reports its progress as it goes (events so far, rate) at most every
+``REPLAY_LOG_INTERVAL_S`` and once at the end, through a
+:class:`~walstream.progress.ProgressReporter` (a caller such as ``walstream
+inspect`` may pass its own, drawing a progress bar). The total is not known
+before the end: the WAL's end offsets count Kafka records, each a group of a
+varying number of events split into chunks, so a total from them would be a
+guess; what was replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
 """
 
 from __future__ import annotations
@@ -45,8 +53,24 @@ from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import CorruptDataError
 from walstream.killpoints import kill_point
+from walstream.progress import ProgressReporter, ProgressSnapshot
 
 log = logging.getLogger(__name__)
+
+#: How often a replay logs its progress (and once more at its end).
+REPLAY_LOG_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class RecoveryStats:
+    """What the tracker's WAL replay did: events applied, undecodable events skipped,
+    how long it took, and when it began (wall clock, seconds; the tracker's clock).
+    All zero, beginning at construction, when no replay ran."""
+
+    events_replayed: int
+    corrupt_events: int
+    seconds: float
+    started_at_s: float
 
 
 @dataclass(frozen=True)
@@ -82,7 +106,12 @@ class ReceivedBlockTracker:
         wal: WriteAheadLog | None,
         recover_from_wal: bool = True,
         clock: Callable[[], float] = time.time,
+        replay_progress: ProgressReporter | None = None,
+        replay_clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``replay_progress`` counts the replay's events (read, corrupt included);
+        default: log lines at most every :data:`REPLAY_LOG_INTERVAL_S` (by
+        ``replay_clock``) and at the end."""
         self._wal = wal
         self._clock = clock
         self._lock = threading.RLock()
@@ -94,8 +123,10 @@ class ReceivedBlockTracker:
         self._known: set[str] = set()  # ids of blocks unallocated or allocated, not cleaned
         self._positions: dict[int, dict[tuple[str, int], int]] = {}
         self.corrupt_events = 0
+        self.recovery_stats = RecoveryStats(0, 0, 0.0, clock())
         if wal is not None and recover_from_wal:
-            self._recover()
+            self._recover(replay_progress or ProgressReporter(
+                self._log_replay, REPLAY_LOG_INTERVAL_S, replay_clock))
 
     # -- the log-before-mutate step ------------------------------------------------
 
@@ -179,10 +210,13 @@ class ReceivedBlockTracker:
                 if not any(streams.values()):
                     del self._allocated[other_t]  # an allocation whose write had failed
 
-    def _recover(self) -> None:
+    def _recover(self, progress: ProgressReporter) -> None:
         assert self._wal is not None
+        started_at = self._clock()
+        progress.start()
         count = 0
         for data in self._wal.read_all():
+            progress.advance()
             try:
                 event = decode_event(data)
             except CorruptDataError as exc:
@@ -191,7 +225,19 @@ class ReceivedBlockTracker:
                 continue
             self._apply(event)
             count += 1
-        log.info("tracker: recovered from %d events: %s", count, self._summary())
+        done = progress.finish()
+        self.recovery_stats = RecoveryStats(count, self.corrupt_events, done.elapsed_s,
+                                            started_at)
+
+    def _log_replay(self, snap: ProgressSnapshot, final: bool) -> None:
+        """The default replay sink: a line every few seconds, then the outcome."""
+        if not final:
+            log.info("tracker: replaying the driver WAL: %s so far", snap.describe())
+            return
+        corrupt = f" ({self.corrupt_events} undecodable, skipped)" if self.corrupt_events else ""
+        log.info("tracker: recovered from %d events%s in %.1f s (%s events/s): %s",
+                 snap.done - self.corrupt_events, corrupt, snap.elapsed_s,
+                 f"{snap.rate:,.0f}", self._summary())
 
     def _summary(self) -> str:
         n = sum(len(q) for q in self._unallocated.values())
