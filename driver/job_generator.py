@@ -52,6 +52,9 @@ a logged allocation whatever the down-time policy). A batch's submission time is
 that of its allocation, so scheduling delay (and the rate controller fed by it)
 still counts the wait.
 
+A restart's catch-up (the resubmitted batches left) and its first completed batch
+are logged by :class:`~driver.restart_log.RestartLog` (``restart_log``).
+
 The event queue is bounded. A full queue blocks the poster (the timer, or the
 scheduler reporting a completion) until the loop catches up: that is the
 backpressure, and no event is ever dropped, so every batch time is generated
@@ -77,6 +80,7 @@ from driver.errors import TrackerWriteError
 from driver.job_scheduler import Job, JobScheduler
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.recurring_timer import RecurringTimer
+from driver.restart_log import CATCH_UP_LOG_INTERVAL_S, RestartLog
 from walstream.errors import WalStreamError
 
 log = logging.getLogger(__name__)
@@ -177,9 +181,13 @@ class JobGenerator:
         allocate_retries: int = DEFAULT_ALLOCATE_RETRIES,
         allocate_backoff_ms: int = DEFAULT_ALLOCATE_BACKOFF_MS,
         on_fatal: Callable[[BaseException], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        catch_up_log_interval_s: float = CATCH_UP_LOG_INTERVAL_S,
     ) -> None:
         """``on_fatal(error)`` is called once, on the loop thread, when a batch could
-        not be prepared (see the module docstring); it must not wait for the loop."""
+        not be prepared (see the module docstring); it must not wait for the loop.
+        ``clock`` (wall seconds, the tracker's clock) times the restart's log lines
+        (:class:`~driver.restart_log.RestartLog`)."""
         self.before_allocate = before_allocate
         self.allocate_retries = max(0, allocate_retries)
         self.allocate_backoff_ms = max(0, allocate_backoff_ms)
@@ -207,12 +215,14 @@ class JobGenerator:
         self._deferred_lock = threading.Lock()
         self._on_drained: list[Callable[[], None]] = []
         self._build_all = threading.Event()  # a graceful stop out of time: no lookahead
+        self.restart_log = RestartLog(tracker, clock, catch_up_log_interval_s)
 
     def start(self, first_time_ms: int | None = None) -> int:
         """Start the loop, queue the resubmitted times, then start the timer (so a
         restart's first new batch follows every resubmitted one); returns the first
         batch time."""
         self._loop.start()
+        self.restart_log.begin_catch_up(self._resubmitted)
         # Posted with the loop running: more resubmitted times than the event queue
         # holds (hours of down time under the "all" policy) wait for it, not forever.
         for t in self._resubmitted:
@@ -249,6 +259,7 @@ class JobGenerator:
 
     def on_batch_completed(self, info: BatchInfo) -> None:
         """Wire this to JobScheduler(on_batch_completed=...)."""
+        self.restart_log.batch_completed(info.batch_time_ms)
         self._post(ClearMetadata(info.batch_time_ms))
 
     def pending_times(self) -> list[int]:

@@ -53,7 +53,7 @@ from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import CorruptDataError
 from walstream.killpoints import kill_point
-from walstream.progress import ProgressReporter, ProgressSnapshot
+from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class ReceivedBlockTracker:
         corrupt = f" ({self.corrupt_events} undecodable, skipped)" if self.corrupt_events else ""
         log.info("tracker: recovered from %d events%s in %.1f s (%s events/s): %s",
                  snap.done - self.corrupt_events, corrupt, snap.elapsed_s,
-                 f"{snap.rate:,.0f}", self._summary())
+                 format_rate(snap.rate), self._summary())
 
     def _summary(self) -> str:
         n = sum(len(q) for q in self._unallocated.values())

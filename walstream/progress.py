@@ -47,7 +47,7 @@ class ProgressSnapshot:
     def describe(self) -> str:
         """``1200 of 5000 events (24%) in 3.0 s, 400 events/s, ETA 9.5 s`` or, without a
         total, ``1200 events in 3.0 s, 400 events/s (total not known before the end)``."""
-        rate = f"{self.rate:,.0f} {self.unit}/s"
+        rate = f"{format_rate(self.rate)} {self.unit}/s"
         if self.total is None:
             return (f"{self.done:,} {self.unit} in {self.elapsed_s:.1f} s, {rate} "
                     "(total not known before the end)")
@@ -56,6 +56,13 @@ class ProgressSnapshot:
         return (f"{self.done:,} of {self.total:,} {self.unit} ({pct:.0f}%) in "
                 f"{self.elapsed_s:.1f} s, {rate}, ETA "
                 + ("unknown" if eta is None else f"{eta:.1f} s"))
+
+
+def format_rate(rate: float) -> str:
+    """``12,345`` for a fast rate, ``2.5`` or ``0.25`` for a slow one."""
+    if rate >= 100:
+        return f"{rate:,.0f}"
+    return f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"
 
 
 Sink = Callable[[ProgressSnapshot, bool], None]

@@ -59,6 +59,6 @@ def test_log_sink_writes_one_line_per_report(caplog: pytest.LogCaptureFixture) -
             p.advance()
         p.finish()
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["replay: 2 of 4 events (50%) in 2.0 s, 1 events/s, ETA 2.0 s",
-                     "replay: 4 of 4 events (100%) in 4.0 s, 1 events/s, ETA 0.0 s",
-                     "replay done: 4 of 4 events (100%) in 4.0 s, 1 events/s, ETA 0.0 s"]
+    assert lines == ["replay: 2 of 4 events (50%) in 2.0 s, 1.0 events/s, ETA 2.0 s",
+                     "replay: 4 of 4 events (100%) in 4.0 s, 1.0 events/s, ETA 0.0 s",
+                     "replay done: 4 of 4 events (100%) in 4.0 s, 1.0 events/s, ETA 0.0 s"]

@@ -1,0 +1,98 @@
+"""What a restarted driver logs as it comes back, after the tracker's replay.
+
+At INFO, each once or at most every ``CATCH_UP_LOG_INTERVAL_S``:
+
+* the catch-up after the down time: how many resubmitted batches are to run when
+  the job generator starts, then, as batches complete, how many are left (not
+  completed yet; a failed one stays left, since a restart re-runs it) with the
+  rate and an ETA, and one line when none is left;
+* the first batch after the restart that completes, with the time from the
+  restart to then: from the start of the tracker's WAL replay
+  (:attr:`~driver.received_block_tracker.ReceivedBlockTracker.recovery_stats`),
+  the first step of a restarted ``StreamingContext.start``. It is kept in
+  :attr:`RestartLog.first_batch_after_restart_s` for the metrics.
+
+A start is a restart when the replay found events or batches were resubmitted; a
+first start logs none of this.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from driver.received_block_tracker import ReceivedBlockTracker
+from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
+
+log = logging.getLogger(__name__)
+
+#: How often the catch-up after a restart logs the resubmitted batches left.
+CATCH_UP_LOG_INTERVAL_S = 10.0
+
+
+class RestartLog:
+    """Told of the resubmitted batches and of every completed batch; thread-safe
+    (batches complete on the scheduler's threads). ``clock``: wall seconds, the
+    tracker's clock."""
+
+    def __init__(self, tracker: ReceivedBlockTracker, clock: Callable[[], float],
+                 interval_s: float = CATCH_UP_LOG_INTERVAL_S) -> None:
+        self.tracker = tracker
+        self.clock = clock
+        self.interval_s = interval_s
+        self.first_batch_after_restart_s: float | None = None
+        self._lock = threading.Lock()
+        self._any_completed = False
+        self._left: set[int] = set()
+        self._catch_up: ProgressReporter | None = None
+
+    def begin_catch_up(self, times: list[int]) -> None:
+        """The job generator starts with these resubmitted batch times (sorted)."""
+        if not times:
+            return
+        with self._lock:
+            self._left = set(times)
+            self._catch_up = ProgressReporter(self._log_catch_up, self.interval_s, self.clock,
+                                              total=len(times), unit="batches")
+            self._catch_up.start()
+        log.info("catch-up after the down time: %d resubmitted batches to run (%d .. %d)",
+                 len(times), times[0], times[-1])
+
+    def batches_left(self) -> int:
+        with self._lock:
+            return len(self._left)
+
+    def _log_catch_up(self, snap: ProgressSnapshot, final: bool) -> None:
+        if final:
+            log.info("caught up after the down time: %d resubmitted batches ran in %.1f s",
+                     snap.done, snap.elapsed_s)
+            return
+        eta = snap.eta_s
+        log.info("catch-up after the down time: %d of %d resubmitted batches left (%d ran "
+                 "in %.1f s, %s batches/s, ETA %s)", len(self._left), snap.total, snap.done,
+                 snap.elapsed_s, format_rate(snap.rate),
+                 "unknown" if eta is None else f"{eta:.0f} s")
+
+    def batch_completed(self, t: int) -> None:
+        """Batch ``t`` completed: the first-batch line, and the catch-up's batches left."""
+        with self._lock:
+            now = self.clock()
+            if not self._any_completed:
+                self._any_completed = True
+                stats = self.tracker.recovery_stats
+                if stats.events_replayed or self._catch_up is not None:
+                    self.first_batch_after_restart_s = now - stats.started_at_s
+                    log.info("first batch after the restart completed: batch %d, %.1f s after "
+                             "the restart began (WAL replay of %d events: %.1f s)", t,
+                             self.first_batch_after_restart_s, stats.events_replayed,
+                             stats.seconds)
+            if self._catch_up is None or t not in self._left:
+                return
+            self._left.discard(t)
+            if self._left:
+                self._catch_up.advance()
+            else:
+                self._catch_up.done += 1
+                self._catch_up.finish()
+                self._catch_up = None
