@@ -54,10 +54,18 @@ from driver.listener import (
     StreamingListenerReceiverStarted,
     StreamingListenerStreamingStarted,
 )
+from driver.metrics import (
+    EngineMetrics,
+    Live,
+    MeteredWriteAheadLog,
+    ReceiverFigures,
+    record_recovery,
+)
 from driver.rate_controller import PIDRateEstimator, RateController
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
 from driver.receiver_tracker import ReceiverTracker
+from driver.status_server import StatusServer, serve_status, ui_address
 from driver.wal_conf import wal_options_from_conf
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.receiver import Receiver
@@ -120,6 +128,11 @@ class EngineConfig:
     # spark.authenticate sets one; None: generated at start), and its TLS material.
     endpoint_secret: bytes | None = field(default=None, repr=False)
     endpoint_tls: EndpointTls | None = field(default=None, repr=False)
+    # The status server (driver/status_server.py): port -1 is none, 0 any free one;
+    # ``status_dir`` holds its state file while it runs ("": none).
+    ui_host: str = LOOPBACK
+    ui_port: int = -1
+    status_dir: str = ""
 
     def __post_init__(self) -> None:
         check_max_block_bytes(self.max_block_bytes)
@@ -161,6 +174,9 @@ class EngineConfig:
                       max_block_bytes_from_conf(conf, BlockGeneratorConfig.max_block_bytes))
         kw.setdefault("endpoint_secret", spark_auth_secret(conf))
         kw.setdefault("endpoint_tls", endpoint_tls(conf))
+        ui = ui_address(conf)
+        kw.setdefault("ui_host", ui[0] if ui else LOOPBACK)
+        kw.setdefault("ui_port", ui[1] if ui else -1)
         return cls(**kw)
 
     def endpoint_credentials(self) -> EndpointCredentials:
@@ -216,6 +232,10 @@ class StreamingEngine:
         # oldest state a restart would restore); None = no such limit.
         self.keep_batches_after_ms: int | None = None
         self.bus = ListenerBus()
+        # First on the bus: the metrics count every event a user's listener sees.
+        self.metrics = EngineMetrics(config.app_id)
+        self.bus.add(self.metrics)
+        self.status_server: StatusServer | None = None
         self.scheduler = JobScheduler(self.bus, config.concurrent_jobs,
                                       on_batch_completed=self._on_batch_completed)
         self.rate_controller: RateController | None = None
@@ -317,10 +337,11 @@ class StreamingEngine:
         with self._recover_lock:
             if self._tracker is not None:
                 return
-            wal = BatchedWriteAheadLog(KafkaWriteAheadLog(
+            wal = MeteredWriteAheadLog(BatchedWriteAheadLog(KafkaWriteAheadLog(
                 self.config.bootstrap_servers, f"{self.config.app_id}-driver",
-                **self.config.wal_options))
+                **self.config.wal_options)), f"{self.config.app_id}-driver", self.metrics)
             tracker = ReceivedBlockTracker(self._stream_ids, wal)  # replays the WAL
+            record_recovery(self.metrics, tracker, self._stream_ids)
             _dump_recovered_state(tracker)
             self._generator = JobGenerator(
                 tracker, self.config.batch_interval_ms, self._generate_jobs, self.scheduler,
@@ -330,6 +351,29 @@ class StreamingEngine:
                 allocate_backoff_ms=self.config.allocate_backoff_ms,
                 on_fatal=self._on_fatal)
             self._tracker = tracker
+
+    def live(self) -> Live:
+        """What the metrics read when scraped: batches not done, receivers now."""
+        pending = self.scheduler.pending_times()
+        unprocessed = len(pending) - len(self.scheduler.failed_times())
+        running = max(0, unprocessed - self.scheduler.waiting_count())
+        rows = []
+        endpoint = self._receiver_tracker
+        if endpoint is not None:
+            for s, info in sorted(endpoint.receivers.items()):
+                rows.append(ReceiverFigures(s, type(self.receivers.get(s)).__name__,
+                                            str(info.state), info.host, info.executor_id,
+                                            info.rate_limit))
+        return Live(max(0, unprocessed), running, tuple(rows))
+
+    def _start_status_server(self) -> None:
+        """Serve /metrics and the status page, unless the port is -1."""
+        self.metrics.set_live(self.live)
+        if self.config.ui_port >= 0:
+            self.status_server = serve_status(
+                self.metrics, self.config.ui_host, self.config.ui_port,
+                extra=lambda: {"batch_interval_ms": self.config.batch_interval_ms},
+                state_dir=self.config.status_dir or None)
 
     def start(self, first_time_ms: int | None = None, resubmit: list[int] | None = None) -> int:
         """Start at ``first_time_ms`` (default: the next batch boundary) after
@@ -349,7 +393,8 @@ class StreamingEngine:
         3. Start the listener bus and the job-error watch. Before 4 and 5 post
            events: an unstarted bus only queues, and drops what its bounded queue
            cannot hold. Before 5 submits jobs: a failing job wakes
-           :meth:`await_termination`.
+           :meth:`await_termination`. With them the status server
+           (:mod:`driver.status_server`), after 2: its figures read the endpoint.
         4. Launch the receivers, each at the initial rate limit. After 2 (the
            address). Before 5: a completed batch may publish the rate controller's
            limit, which the initial one set here must not overwrite.
@@ -368,6 +413,7 @@ class StreamingEngine:
             advertised_host=self.config.endpoint_host,
             credentials=self.config.endpoint_credentials(), tls=self.config.endpoint_tls)
         self.bus.start()                                                        # 3
+        self._start_status_server()
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
         self._launch_receivers(endpoint)                                        # 4
         if resubmit:                                                            # 5
@@ -425,6 +471,8 @@ class StreamingEngine:
         try:
             # The private fields: stopping an engine that never recovered or started
             # must not replay the WAL or bind the port only to close them.
+            if self.status_server is not None:
+                self.status_server.stop()
             if self._receiver_tracker is not None:
                 self._receiver_tracker.stop()
             self.bus.stop()

@@ -109,6 +109,23 @@ def encode_event(event: TrackerEvent) -> bytes:
     return EVENT_CODEC.encode(datum)
 
 
+_KINDS = EVENT_SCHEMA_V1["fields"][0]["type"]["symbols"]
+
+
+def event_kind_of(data: bytes) -> str | None:
+    """The kind of an encoded event (``BLOCK_ADDITION``, ...) without decoding it,
+    or None for bytes that are no version-1 event. In version 1 the kind is the
+    record's first field, an Avro enum: its index is the byte after the header."""
+    try:
+        if EVENT_CODEC.peek_version(data) != 1:
+            return None
+    except CorruptDataError:
+        return None
+    n = len(EVENT_CODEC.magic) + 1
+    if len(data) <= n or data[n] % 2 or data[n] // 2 >= len(_KINDS):
+        return None
+    return str(_KINDS[data[n] // 2])
+
 def decode_event(data: bytes) -> TrackerEvent:
     """Decode one event; raises CorruptDataError / UnknownSchemaVersionError.
 

@@ -42,7 +42,9 @@ from driver.recovery import (
     state_floor,
     times_to_resubmit,
 )
+from driver.status_server import state_file_dir
 from driver.warm_up import warm_up_workers
+from walstream.broker import default_home
 from walstream.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -262,7 +264,8 @@ class StreamingContext:
     def _engine_config(self, conf: dict[str, str]) -> EngineConfig:
         return EngineConfig.from_spark_conf(
             conf, app_id=self._app_id(conf), batch_interval_ms=self._batch_ms,
-            bootstrap_servers=resolve_bootstrap(conf), remember_ms=0)
+            bootstrap_servers=resolve_bootstrap(conf), remember_ms=0,
+            status_dir=state_file_dir(self._checkpoint_dir, str(default_home())))
 
     def _build_engine(self, cfg: EngineConfig) -> StreamingEngine:
         """The checkpoint writer and the engine, wired to the graph; nothing runs yet."""

@@ -5,13 +5,16 @@ its last line; ``walstream broker status``; ``walstream broker stop``;
 ``walstream inspect CHECKPOINT_DIR [--kafka-conf KEY=VALUE ...] [--kafka-conf-file F]``
 prints what a restart would recover; ``walstream package --out PATH`` builds the
 executors' environment archive (walstream/packaging.py); ``walstream jvm-archive``
-writes the driver JVM's class archive (walstream/jvm_archive.py).
+writes the driver JVM's class archive (walstream/jvm_archive.py);
+``walstream status [URL] [--checkpoint DIR]`` prints a running driver's status
+page as tables (walstream/status_view.py).
 Errors this project raises on purpose print as one line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -119,6 +122,23 @@ def _jvm_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from walstream import status_view
+
+    if args.url:
+        url = args.url
+    elif args.checkpoint:
+        url = status_view.find_url(Path(args.checkpoint))
+    else:
+        url = status_view.find_url(_home(args))
+    status = status_view.fetch_status(url)
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(status_view.format_status(status, batches=args.batches))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="walstream", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--if-missing", action="store_true",
                    help="do nothing when a usable archive for this Java and Spark exists")
     j.set_defaults(fn=_jvm_archive)
+    st = sub.add_parser("status", help="print a running driver's status (its status page) "
+                                       "as tables")
+    st.add_argument("url", nargs="?", help="the driver's status page URL (default: the one "
+                                           "its status.json names)")
+    st.add_argument("--checkpoint", metavar="DIR",
+                    help="find the driver of this checkpoint directory")
+    st.add_argument("--home", help="where a driver without checkpoints left status.json "
+                                   "(default $WALSTREAM_HOME or ~/.walstream)")
+    st.add_argument("--batches", type=int, default=10, help="batches to list (default 10)")
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    st.set_defaults(fn=_status)
     return parser
 
 
