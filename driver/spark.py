@@ -28,27 +28,47 @@ def spark_environment(master: str | None = None) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+#: ``false`` keeps Spark's web UI off in the contexts walstream creates (an explicit
+#: opt-out; ``true`` turns it on); unset, the app's conf or Spark's default decides.
+SPARK_UI_ENV = "WALSTREAM_SPARK_UI"
+
+
+def spark_settings(app_name: str, master: str,
+                   conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The SparkConf settings of :func:`create_spark_context`, the app's ``conf`` last.
+
+    Spark's web UI is the app's choice: ``spark.ui.enabled`` is set only by
+    ``$WALSTREAM_SPARK_UI`` or ``conf``; otherwise Spark's default (on, port 4040,
+    the next free one when that is taken) stands.
+    """
+    out = {"spark.app.name": app_name, "spark.master": master,
+           "spark.ui.showConsoleProgress": "false"}
+    ui = os.environ.get(SPARK_UI_ENV, "").strip()
+    if ui:
+        out["spark.ui.enabled"] = ui.lower()
+    if os.environ.get("SPARK_LOCAL_IP"):
+        # The driver's address for executors; on a cluster unset unless the host
+        # chose one, and then Spark picks the host's address.
+        out["spark.driver.host"] = os.environ["SPARK_LOCAL_IP"]
+    # Workers fork from a daemon that has already imported their modules
+    # (walstream/worker_daemon.py says why); an application's own choice stands.
+    out[worker_daemon.CONF_KEY] = worker_daemon.MODULE
+    out.update(conf or {})
+    return out
+
+
 def create_spark_context(
     app_name: str, master: str | None = None, conf: dict[str, str] | None = None
 ) -> Any:
-    """A SparkContext on ``master`` (default ``$WALSTREAM_SPARK_MASTER`` or local[3])."""
+    """A SparkContext on ``master`` (default ``$WALSTREAM_SPARK_MASTER`` or local[3]),
+    with :func:`spark_settings`."""
     master = spark_master(master)
     spark_environment(master)
     use_archive()
     from pyspark import SparkConf, SparkContext
 
-    sconf = SparkConf().setAppName(app_name)
-    sconf.setMaster(master)
-    sconf.set("spark.ui.showConsoleProgress", "false")
-    sconf.set("spark.ui.enabled", os.environ.get("WALSTREAM_SPARK_UI", "false"))
-    if os.environ.get("SPARK_LOCAL_IP"):
-        # The driver's address for executors; on a cluster unset unless the host
-        # chose one, and then Spark picks the host's address.
-        sconf.set("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
-    # Workers fork from a daemon that has already imported their modules
-    # (walstream/worker_daemon.py says why); an application's own choice stands.
-    sconf.set(worker_daemon.CONF_KEY, worker_daemon.MODULE)
-    for k, v in (conf or {}).items():
+    sconf = SparkConf()
+    for k, v in spark_settings(app_name, master, conf).items():
         sconf.set(k, v)
     sc = SparkContext.getOrCreate(sconf)
     sc.setLogLevel(os.environ.get("WALSTREAM_SPARK_LOG_LEVEL", "ERROR"))
