@@ -174,6 +174,12 @@ class ReceiverTracker(LocalReceiverEndpoint):
                       f"a registration nonce of {len(nonce)} bytes (want "
                       f"{auth.MIN_NONCE_BYTES}..{auth.MAX_NONCE_BYTES})")
         r = self.register_receiver(req["stream_id"], req["host"], req["executor_id"])
+        if r.accepted:
+            log.info("receiver %d started on %s (executor %s)", req["stream_id"],
+                     req["host"], req["executor_id"])
+        else:
+            log.warning("receiver %d refused a registration from %s: %s", req["stream_id"],
+                        req["host"], r.message)
         answer = {"accepted": r.accepted, "message": r.message,
                   "positions": [p.to_dict() for p in r.positions], "rate_limit": r.rate_limit,
                   "session": r.session}
@@ -297,6 +303,8 @@ class ReceiverTracker(LocalReceiverEndpoint):
                     info.scheduled_locations = locations
                     self._placed[spec.stream_id] = _location_of(locations)
                 sc.setJobGroup(group, f"receiver for stream {spec.stream_id}", True)
+                log.debug("receiver %d launched (launch %d) on %s", spec.stream_id,
+                          info.launches, locations or "any executor")
                 rdd = located_single_partition_rdd(sc, locations).mapPartitions(
                     lambda it, spec=spec: run_receiver_task(spec, it))
                 status = rdd.collect()[0]
@@ -306,17 +314,26 @@ class ReceiverTracker(LocalReceiverEndpoint):
                 if info.state in (ReceiverState.ACTIVE, ReceiverState.SCHEDULED):
                     info.state = ReceiverState.INACTIVE
             if self._stopping.is_set():
+                # The context stops it: the receiver's deregistration was its line.
+                log.debug("receiver %d job ended (%s)", spec.stream_id, status)
                 return
             failures = 0 if status == "stopped" else failures + 1
-            log.warning("receiver %d ended (%s); relaunching in %.1fs", spec.stream_id,
-                        status, delay_s)
             self._emit(StreamingListenerReceiverError, spec.stream_id,
                        f"receiver job ended: {status}")
             if failures > max_relaunches:
                 with self._lock:
                     info.state = ReceiverState.FAILED
                     info.errors.append(f"gave up after {max_relaunches} relaunches")
+                log.error("receiver %d ended (%s) %d times in a row; not relaunched, its "
+                          "stream receives nothing more", spec.stream_id, status, failures)
                 return
+            if failures:
+                log.warning("receiver %d ended (%s); relaunching in %.1f s (failure %d in a "
+                            "row, at most %d)", spec.stream_id, status, delay_s, failures,
+                            max_relaunches)
+            else:
+                log.info("receiver %d stopped without an error; relaunching in %.1f s",
+                         spec.stream_id, delay_s)
             if self._stopping.wait(delay_s):
                 return
 
