@@ -18,13 +18,21 @@ else ``default_bootstrap()`` (the environment or the embedded broker). The
 checkpoint holds no secret, so a secured cluster's settings are given here
 (``kafka_conf``: librdkafka keys, as ``spark.walstream.kafka.*`` would give
 them), over the checkpoint's own; secrets are redacted in the output.
+
+While it replays, ``progress`` shows how far it got on a stream of its own
+(standard error from the command line, so the JSON on standard output stays as
+it is): ``bar``, a progress bar (tqdm: events so far, rate, elapsed); ``lines``,
+a plain line at most every ``PROGRESS_LINE_INTERVAL_S`` and one at the end;
+``auto``, a bar on a terminal and lines otherwise; ``none`` (the default of the
+functions here), nothing.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import IO, Any
 
 from checkpoint.errors import CheckpointError
 from checkpoint.files import read_latest
@@ -32,15 +40,68 @@ from driver.received_block_tracker import ReceivedBlockTracker
 from driver.wal_conf import wal_options_from_conf
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.kafka_settings import PREFIX, redacted
+from walstream.progress import ProgressReporter, ProgressSnapshot
 
 # driver.streaming_context.CONF_BOOTSTRAP, named here so that inspect does not
 # import the Spark-facing context module.
 CONF_BOOTSTRAP = "spark.walstream.kafka.bootstrapServers"
 
+PROGRESS_MODES = ("auto", "bar", "lines", "none")
+#: How often ``lines`` progress writes a line; a bar is redrawn about every 0.1 s.
+PROGRESS_LINE_INTERVAL_S = 5.0
+BAR_INTERVAL_S = 0.1
+_WHAT = "replaying the driver WAL"
+
+
+def replay_progress(mode: str, stream: IO[str],
+                    clock: Callable[[], float] | None = None) -> ProgressReporter | None:
+    """The reporter ``mode`` asks for, writing to ``stream``; None for ``none``."""
+    if mode not in PROGRESS_MODES:
+        raise ValueError(f"progress mode {mode!r}: expected one of {PROGRESS_MODES}")
+    if mode == "auto":
+        mode = "bar" if stream.isatty() else "lines"
+    clock = clock or time.monotonic
+    if mode == "bar":
+        return ProgressReporter(_BarSink(stream), BAR_INTERVAL_S, clock)
+    if mode == "lines":
+        return ProgressReporter(_line_sink(stream), PROGRESS_LINE_INTERVAL_S, clock)
+    return None
+
+
+def _line_sink(stream: IO[str]) -> Callable[[ProgressSnapshot, bool], None]:
+    def write(snap: ProgressSnapshot, final: bool) -> None:
+        if final:
+            print(f"walstream inspect: replayed the driver WAL: {snap.done:,} events in "
+                  f"{snap.elapsed_s:.1f} s", file=stream, flush=True)
+        else:
+            print(f"walstream inspect: {_WHAT}: {snap.describe()}", file=stream, flush=True)
+    return write
+
+
+class _BarSink:
+    """A tqdm bar, opened at the first report and closed at the last."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.bar: Any = None
+
+    def __call__(self, snap: ProgressSnapshot, final: bool) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=_WHAT, total=snap.total, unit=" events", file=self.stream,
+                            dynamic_ncols=True, mininterval=BAR_INTERVAL_S)
+        self.bar.update(snap.done - self.bar.n)
+        if final:
+            self.bar.close()
+
 
 def inspect_checkpoint(directory: str, bootstrap_servers: str | None,
                        default_bootstrap: Callable[[], str | None] = lambda: None,
-                       kafka_conf: Mapping[str, str] | None = None) -> dict[str, Any]:
+                       kafka_conf: Mapping[str, str] | None = None,
+                       progress: ProgressReporter | None = None) -> dict[str, Any]:
+    """What a restart from ``directory`` would recover; ``progress`` follows the replay
+    (default: the tracker's own log lines)."""
     data = read_latest(directory)
     if data is None:
         raise CheckpointError(f"no valid checkpoint in {directory}")
@@ -54,7 +115,7 @@ def inspect_checkpoint(directory: str, bootstrap_servers: str | None,
                                                   **wal_options))
     # The tracker's constructor replays the WAL with its recovery; with no stream
     # ids given, every stream the log names appears.
-    tracker = ReceivedBlockTracker([], wal)
+    tracker = ReceivedBlockTracker([], wal, replay_progress=progress)
     try:
         state = tracker.state().to_json()
         streams = sorted({int(s) for s in state["unallocated"]} |
@@ -81,7 +142,13 @@ def inspect_checkpoint(directory: str, bootstrap_servers: str | None,
 
 def main_inspect(directory: str, bootstrap_servers: str | None,
                  default_bootstrap: Callable[[], str | None] = lambda: None,
-                 kafka_conf: Mapping[str, str] | None = None) -> str:
+                 kafka_conf: Mapping[str, str] | None = None,
+                 progress: str = "none", progress_stream: IO[str] | None = None) -> str:
+    """The JSON of :func:`inspect_checkpoint`; ``progress`` (a mode of
+    :data:`PROGRESS_MODES`) is shown on ``progress_stream`` (default standard error)."""
+    import sys
+
+    reporter = replay_progress(progress, progress_stream or sys.stderr)
     return json.dumps(inspect_checkpoint(directory, bootstrap_servers, default_bootstrap,
-                                         kafka_conf),
+                                         kafka_conf, reporter),
                       indent=2, sort_keys=True)

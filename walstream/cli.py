@@ -2,8 +2,9 @@
 
 ``walstream broker start [--durable] [--port N]`` prints the bootstrap address as
 its last line; ``walstream broker status``; ``walstream broker stop``;
-``walstream inspect CHECKPOINT_DIR [--kafka-conf KEY=VALUE ...] [--kafka-conf-file F]``
-prints what a restart would recover; ``walstream package --out PATH`` builds the
+``walstream inspect CHECKPOINT_DIR [--kafka-conf KEY=VALUE ...] [--kafka-conf-file F]
+[--progress auto|bar|lines|none]`` prints what a restart would recover (the replay's
+progress on stderr); ``walstream package --out PATH`` builds the
 executors' environment archive (walstream/packaging.py); ``walstream jvm-archive``
 writes the driver JVM's class archive (walstream/jvm_archive.py);
 ``walstream status [URL] [--checkpoint DIR]`` prints a running driver's status
@@ -91,7 +92,8 @@ def _inspect(args: argparse.Namespace) -> int:
     # The cluster: --bootstrap, else the one the checkpoint's conf names (as the
     # restarted app would use), else the environment or the embedded broker.
     print(main_inspect(args.checkpoint_dir, args.bootstrap,
-                       lambda: broker.bootstrap_servers(_home(args)), kafka_conf_of(args)))
+                       lambda: broker.bootstrap_servers(_home(args)), kafka_conf_of(args),
+                       progress=args.progress, progress_stream=sys.stderr))
     return 0
 
 
@@ -169,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the checkpoint holds no secret")
     i.add_argument("--kafka-conf-file", metavar="PATH",
                    help="librdkafka settings, one KEY=VALUE per line")
+    i.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
+                   help="the replay's progress on stderr: a bar on a terminal and plain "
+                        "lines otherwise (auto, the default), or bar, lines, none")
     i.set_defaults(fn=_inspect)
     pk = sub.add_parser("package", help="build the environment archive executors run in "
                                         "(spark-submit --archives PATH#environment)")
