@@ -276,7 +276,9 @@ class ReceivedBlockTracker:
         """
         with self._lock:
             if self._last_allocated is not None and batch_time_ms <= self._last_allocated:
-                log.info("tracker: batch %d already allocated (last %d); skipping",
+                # DEBUG: a restart's catch-up meets this for every batch allocated
+                # before the crash; the catch-up lines say how far it got.
+                log.debug("tracker: batch %d already allocated (last %d); skipping",
                          batch_time_ms, self._last_allocated)
                 return
             blocks = tuple(

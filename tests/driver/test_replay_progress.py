@@ -106,3 +106,12 @@ def test_without_a_replay_the_stats_are_zero() -> None:
     t = ReceivedBlockTracker([0], MemoryWAL(), recover_from_wal=False, clock=clock)
     assert t.recovery_stats == RecoveryStats(0, 0, 0.0, 5.0)
     assert ReceivedBlockTracker([0], None, clock=clock).recovery_stats.events_replayed == 0
+
+
+def test_re_allocating_a_replayed_batch_is_not_an_info_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    records = written_log(1)
+    t = ReceivedBlockTracker([0], MemoryWAL(records), clock=Clock())
+    with caplog.at_level(logging.INFO, logger=TRACKER_LOG):
+        t.allocate_blocks_to_batch(2000)  # a restart's resubmitted batch
+    assert caplog.records == []
