@@ -234,6 +234,9 @@ class ReceivedBlockTracker:
         if not final:
             log.info("tracker: replaying the driver WAL: %s so far", snap.describe())
             return
+        if snap.done == 0:
+            log.info("tracker: the driver WAL holds no events: starting empty")
+            return
         corrupt = f" ({self.corrupt_events} undecodable, skipped)" if self.corrupt_events else ""
         log.info("tracker: recovered from %d events%s in %.1f s (%s events/s): %s",
                  snap.done - self.corrupt_events, corrupt, snap.elapsed_s,

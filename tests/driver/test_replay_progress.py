@@ -115,3 +115,10 @@ def test_re_allocating_a_replayed_batch_is_not_an_info_line(
     with caplog.at_level(logging.INFO, logger=TRACKER_LOG):
         t.allocate_blocks_to_batch(2000)  # a restart's resubmitted batch
     assert caplog.records == []
+
+
+def test_an_empty_wal_is_one_plain_line(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=TRACKER_LOG):
+        ReceivedBlockTracker([0], MemoryWAL(), clock=Clock())
+    assert [r.getMessage() for r in caplog.records] == [
+        "tracker: the driver WAL holds no events: starting empty"]
