@@ -232,7 +232,7 @@ class ReceivedBlockTracker:
     def _log_replay(self, snap: ProgressSnapshot, final: bool) -> None:
         """The default replay sink: a line every few seconds, then the outcome."""
         if not final:
-            log.info("tracker: replaying the driver WAL: %s so far", snap.describe())
+            log.info("tracker: replaying the driver WAL: so far %s", snap.describe())
             return
         if snap.done == 0:
             log.info("tracker: the driver WAL holds no events: starting empty")

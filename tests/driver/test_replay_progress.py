@@ -91,8 +91,8 @@ def test_the_default_replay_log_lines(caplog: pytest.LogCaptureFixture) -> None:
         t = ReceivedBlockTracker([0], wal, clock=clock, replay_clock=clock)
     lines = [r.getMessage() for r in caplog.records if r.name == TRACKER_LOG]
     assert lines == [
-        "tracker: replaying the driver WAL: 10 events in 5.0 s, 2.0 events/s "
-        "(total not known before the end) so far",
+        "tracker: replaying the driver WAL: so far 10 events in 5.0 s, 2.0 events/s "
+        "(total not known before the end)",
         "tracker: recovered from 12 events in 6.0 s (2.0 events/s): 0 unallocated blocks, "
         "1 allocated batches, last allocated 2000",
     ]
