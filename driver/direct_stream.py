@@ -121,6 +121,7 @@ class DirectKafkaInputDStream(DStream):
         self._lock = threading.Lock()
         self._closed = False
         self._bad: Any = None  # accumulator of undecodable records skipped (this run)
+        self._ends: dict[tuple[str, int], int] = {}  # each partition's end, last probed
 
     @property
     def undecodable(self) -> int:
@@ -131,12 +132,13 @@ class DirectKafkaInputDStream(DStream):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state.update(_consumer=None, _positions=None, _bad=None,  # positions: from the tracker
-                     _lock=None, _closed=False)
+                     _lock=None, _closed=False, _ends={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._ends = dict(state.get("_ends") or {})
 
     def _probe(self) -> Consumer:
         """The driver's probe consumer; the caller holds ``self._lock``."""
@@ -154,6 +156,10 @@ class DirectKafkaInputDStream(DStream):
         kept on the stream: the stream goes into checkpoints)."""
         engine = self._ssc._engine
         return kafka_settings_of(engine.config.wal_options) if engine is not None else {}
+
+    def log_ends(self) -> dict[tuple[str, int], int]:
+        """Each source partition's end offset as the last batch's probe found it."""
+        return dict(self._ends)
 
     def close(self) -> None:
         """Close the driver's probe consumer (the context stopped). Left open, it would
@@ -239,6 +245,7 @@ class DirectKafkaInputDStream(DStream):
         for (topic, p), start in sorted(self._positions.items()):
             end = self._end_offset(topic, p, start)
             ranges.append(SourceRange(topic, p, start, end))
+            self._ends[(topic, p)] = end
         count = sum(r.until_offset - r.from_offset for r in ranges)
         # Unique per range, not per batch time: a block id logged twice would move
         # the first block out of its batch when the second is allocated (the

@@ -301,6 +301,7 @@ class StreamingEngine:
             self.rate_controller.on_batch_completed(
                 info.batch_time_ms, info.numRecords(), max(0, info.processingDelay()),
                 max(0, info.schedulingDelay()))
+        self.metrics.batch_sources(self.tracker.get_blocks_of_batch(info.batch_time_ms))
         self.generator.on_batch_completed(info)
 
     def _cleanup(self, t: int) -> None:

@@ -29,7 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from driver.batch_info import BatchInfo
-from driver.events import event_kind_of
+from driver.events import AllocatedBlocks, event_kind_of
 from driver.listener import StreamingListener
 from driver.received_block_tracker import ReceivedBlockTracker
 from wal.base import WriteAheadLog
@@ -65,6 +65,8 @@ class Live:
 
 
 LiveFigures = Callable[[], Live]
+#: Each source partition's log end as the driver last saw it: (topic, partition) -> offset.
+SourceEnds = Callable[[], dict[tuple[str, int], int]]
 
 
 @dataclass
@@ -103,8 +105,10 @@ class WalFigures:
 
 
 class _LiveCollector(Collector):
-    def __init__(self, live: Callable[[], Live | None]) -> None:
+    def __init__(self, live: Callable[[], Live | None],
+                 lag: Callable[[], dict[tuple[str, int], int]]) -> None:
         self._live = live
+        self._lag = lag
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         live = self._live() or Live()
@@ -120,6 +124,14 @@ class _LiveCollector(Collector):
         for state in ("inactive", "scheduled", "active", "deregistered", "failed"):
             states.add_metric([state], counts.get(state, 0))
         yield states
+        lag = GaugeMetricFamily(
+            "walstream_kafka_source_lag",
+            "Log end (as the driver last probed it) minus the next offset no completed "
+            "batch processed, per source partition of a direct stream",
+            labels=["topic", "partition"])
+        for (topic, partition), n in sorted(self._lag().items()):
+            lag.add_metric([topic, str(partition)], n)
+        yield lag
         rates = GaugeMetricFamily(
             "walstream_receiver_rate_limit",
             "The rate limit in force per receiver stream, records/s (0: none)",
@@ -178,7 +190,8 @@ class EngineMetrics(StreamingListener):
             "From this driver's start to its first completed batch", registry=r)
         self._live: LiveFigures | None = None
         self._first_batch_seen = False
-        r.register(_LiveCollector(lambda: self._live() if self._live is not None else None))
+        self._source_ends: SourceEnds | None = None
+        self._processed: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._batches: collections.deque[BatchRecord] = collections.deque(
             maxlen=RECENT_BATCHES)
@@ -186,10 +199,34 @@ class EngineMetrics(StreamingListener):
         self._wals: dict[str, WalFigures] = {}
         self.restart: dict[str, Any] = {"restarted": False, "replayed_events": None,
                                         "replay_seconds": None, "first_batch_seconds": None}
+        r.register(_LiveCollector(lambda: self._live() if self._live is not None else None,
+                                  self.kafka_lag))
 
     def set_live(self, live: LiveFigures) -> None:
         """Where the scrape-time figures come from (the engine, once started)."""
         self._live = live
+
+    def set_source_ends(self, ends: SourceEnds) -> None:
+        """Where the log ends of the Kafka lag come from (the direct streams' probes)."""
+        self._source_ends = ends
+
+    def batch_sources(self, blocks: AllocatedBlocks) -> None:
+        """A batch completed with ``blocks``: their source ranges are processed."""
+        with self._lock:
+            for stream_blocks in blocks.values():
+                for block in stream_blocks:
+                    for r in block.source:
+                        key = (r.topic, r.partition)
+                        if r.until_offset > self._processed.get(key, -1):
+                            self._processed[key] = r.until_offset
+
+    def kafka_lag(self) -> dict[tuple[str, int], int]:
+        """Per partition with a known log end and a completed batch: the records
+        between the next offset to process and that end."""
+        ends = self._source_ends() if self._source_ends is not None else {}
+        with self._lock:
+            return {k: max(0, end - self._processed[k]) for k, end in ends.items()
+                    if k in self._processed}
 
     def live(self) -> Live:
         return self._live() if self._live is not None else Live()
@@ -295,7 +332,8 @@ class EngineMetrics(StreamingListener):
                        "batches_unprocessed": live.unprocessed,
                        "batches_running": live.running},
             "batches": batches, "receivers": receivers, "wal": wals,
-            "kafka_lag": [],
+            "kafka_lag": [{"topic": t, "partition": p, "lag": n}
+                          for (t, p), n in sorted(self.kafka_lag().items())],
         }
 
 

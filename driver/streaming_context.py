@@ -88,6 +88,12 @@ def _clean_driver_streams(streams: list[Any], thresh_ms: int) -> None:
             stream.clean(thresh_ms)
 
 
+def _log_ends(streams: list[Any]) -> dict[tuple[str, int], int]:
+    """The direct streams' source partitions and their log ends, as last probed."""
+    return {k: v for stream in streams if hasattr(stream, "log_ends")
+            for k, v in stream.log_ends().items()}
+
+
 class StreamingContext:
     """PySpark's StreamingContext: ``StreamingContext(sparkContext, batchDuration)``."""
 
@@ -289,6 +295,7 @@ class StreamingContext:
             before_allocate=functools.partial(_before_allocate, direct),
             clean_driver_streams=functools.partial(_clean_driver_streams, direct),
             on_fatal=self._stop_on_fatal_error)
+        engine.metrics.set_source_ends(functools.partial(_log_ends, direct))
         for listener in self._listeners:
             engine.add_listener(listener)
         return engine

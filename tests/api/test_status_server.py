@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from driver import StreamingContext, StreamingListener
+from driver import KafkaUtils, StreamingContext, StreamingListener
 from driver.status_server import PORT_KEY
 from tests.api.helpers import TIMEOUT
 from walstream import cli
@@ -237,3 +238,42 @@ def test_port_minus_one_serves_nothing(
                    TIMEOUT, "a completed batch", ssc=ssc)
     finally:
         sc._conf.set(PORT_KEY, "0")
+
+
+def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        producer.produce(topic, value=b"x", partition=i % partitions)
+    assert producer.flush(30) == 0, "not every record was delivered"
+
+
+def test_kafka_lag_of_a_direct_stream(
+        make_ssc: Callable[..., StreamingContext], bootstrap: str,
+        topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("lag", partitions=2)
+    _produce(bootstrap, topic, 200, 2)
+    ssc = make_ssc(0.5)
+    listener = _Counting()
+    ssc.addStreamingListener(listener)
+    KafkaUtils.createDirectStream(
+        ssc, [topic], {"metadata.broker.list": bootstrap, "auto.offset.reset": "smallest"}
+    ).foreachRDD(lambda rdd: rdd.count())
+    ssc.start()
+    try:  # stopped here, before topic_factory deletes the topic under the running stream
+        wait_until(lambda: listener.figures()[2] >= 200, TIMEOUT, "200 records processed",
+                   ssc=ssc)
+        url = _url(ssc)
+        lag = {(topic, "0"), (topic, "1")}
+
+        def caught_up() -> bool:
+            m = _scrape(url)
+            return all(m.get(("walstream_kafka_source_lag",
+                              (("partition", p), ("topic", t)))) == 0 for t, p in lag)
+
+        wait_until(caught_up, TIMEOUT, "a lag of 0 on both partitions", ssc=ssc)
+        m = _scrape(url)
+        assert m[("walstream_records_processed_total", ())] == 200
+        _, body = _get(url + "api/status")
+        assert {(x["topic"], str(x["partition"])) for x in json.loads(body)["kafka_lag"]} == lag
+    finally:
+        ssc.stop(stopSparkContext=False)
