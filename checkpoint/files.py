@@ -266,6 +266,8 @@ class CheckpointWriter:
             data, on_done = item
             try:
                 write_checkpoint(self.directory, data, self.keep)
+                log.debug("checkpoint %d written to %s", data.checkpoint_time_ms,
+                          self.directory)
                 self.written += 1
                 self.latest_time_ms = max(self.latest_time_ms, data.checkpoint_time_ms)
             except Exception as exc:  # any failure, or this thread dies and writes pile up

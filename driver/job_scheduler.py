@@ -152,7 +152,9 @@ class JobScheduler:
             op.failure_reason = _reason(exc)
             with job_set.lock:
                 job_set.failed = True
-            self.report_error(f"Error running job {job.name} of batch {job.time_ms}", exc)
+            # Logged once per batch, with every failed job's reason, by _finish.
+            self.report_error(f"Error running job {job.name} of batch {job.time_ms}", exc,
+                              logged=False)
         finally:
             op.end_time_ms = now_ms()
             self.bus.post(StreamingListenerOutputOperationCompleted(_snapshot(op)))
@@ -163,23 +165,27 @@ class JobScheduler:
                 info.processing_end_time_ms = now_ms()
                 self._finish(job_set)
 
-    def report_error(self, message: str, exc: BaseException, *, original: bool = False) -> None:
+    def report_error(self, message: str, exc: BaseException, *, original: bool = False,
+                     logged: bool = True) -> None:
         """Record an error (Spark's JobScheduler.reportError): ``await_error`` returns it.
 
         A job's failure is wrapped in :class:`JobFailedError` (its cause is the
         task's error as Spark reported it). With ``original``, ``exc`` itself is
         returned, ``message`` added as a note, as Spark's ``awaitTermination``
-        rethrows the error that stopped the generator.
+        rethrows the error that stopped the generator. ``logged=False``: the caller
+        logs it (a failed job is one line of its batch's failure).
         """
         err: BaseException
         if original:
             exc.add_note(message)
             err = exc
-            log.error("%s: %s", message, _reason(exc))
+            if logged:
+                log.error("%s: %s", message, _reason(exc))
         else:
             err = JobFailedError(f"{message}: {_reason(exc)}")
             err.__cause__ = exc
-            log.error("%s", err)
+            if logged:
+                log.error("%s", err)
         with self._lock:
             self.errors.append(err)
             self._cond.notify_all()
@@ -197,8 +203,11 @@ class JobScheduler:
         self.bus.post(StreamingListenerBatchCompleted(_snapshot(job_set.info)))
         try:
             if job_set.failed:
-                log.warning("batch %d failed: it is not completed, its data is kept and a "
-                          "restart re-runs it", job_set.time_ms)
+                reasons = "; ".join(f"{op.op_name}: {op.failure_reason}"
+                                    for op in job_set.info.output_operations.values()
+                                    if op.failure_reason)
+                log.error("batch %d failed (%s): it is not completed, its data is kept and a "
+                          "restart re-runs it", job_set.time_ms, reasons)
             elif self._on_batch_completed is not None:
                 self._on_batch_completed(job_set.info)
         except Exception:

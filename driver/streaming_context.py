@@ -46,6 +46,7 @@ from driver.status_server import state_file_dir
 from driver.warm_up import warm_up_workers
 from walstream.broker import default_home
 from walstream.errors import ConfigError
+from walstream.log_format import apply_log_format
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,7 @@ class StreamingContext:
             self._check_can_start()                                     # 1
             self._validate_graph()                                      # 2
             conf = self._conf()
+            apply_log_format(conf)  # the app's log format before anything logs
             cfg = self._engine_config(conf)                             # 3
             warm_up_workers(self._sc, conf)
             first = (int(time.time() * 1000) // self._batch_ms + 1) * self._batch_ms

@@ -42,3 +42,36 @@ def test_failed_job_batch_stays_pending_and_is_never_cleaned_up() -> None:
         assert h.scheduler.wait_idle(WAIT_S)
     finally:
         h.close()
+
+
+def test_a_failed_batch_is_one_error_line_naming_each_failed_job(
+        caplog: pytest.LogCaptureFixture) -> None:
+    failed: list[int] = []
+
+    def generate(t: int) -> list[Job]:
+        def boom(name: str) -> Job:
+            def run() -> None:
+                raise ValueError(f"{name} of {t} failed")
+            return Job(t, 0 if name == "save" else 1, name, run)
+
+        if failed:
+            return [Job(t, 0, "save", lambda: None)]
+        failed.append(t)
+        return [boom("save"), boom("print")]
+
+    h = Harness(generate=generate)
+    try:
+        with caplog.at_level("WARNING", logger="driver.job_scheduler"):
+            h.gen.start()
+            assert h.scheduler.await_error(WAIT_S) is not None
+            t = failed[0]
+            wait_until(lambda: any(r.levelname == "ERROR" for r in caplog.records))
+            wait_until(lambda: t in h.scheduler.pending_times())
+            h.scheduler.wait_idle(WAIT_S)
+    finally:
+        h.close()
+    errors = [r.getMessage() for r in caplog.records
+              if r.name == "driver.job_scheduler" and r.levelname in ("ERROR", "WARNING")]
+    assert len(errors) == 1, errors
+    assert f"batch {t} failed" in errors[0]
+    assert f"save of {t} failed" in errors[0] and f"print of {t} failed" in errors[0]
