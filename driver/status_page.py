@@ -48,6 +48,7 @@ tr.failed td{background:#fdd}
 function esc(s){return String(s).replace(/[&<>"']/g,function(c){
   return {"&":"&amp;","<":"&lt;",">":"&gt;","\\"":"&quot;","'":"&#39;"}[c];});}
 function ts(ms){return ms>0?new Date(ms).toLocaleTimeString():"-";}
+function tsm(ms){return ms>0?ts(ms)+" ."+String(ms%1000).padStart(3,"0"):"-";}
 function sec(ms){return ms>=0?(ms/1000).toFixed(3):"-";}
 function table(id,head,rows,cls){
   var h="<tr>"+head.map(function(x){return "<th class='l'>"+esc(x)+"</th>";}).join("")+"</tr>";
@@ -95,7 +96,7 @@ function render(s){
     x.last_error_time?ts(x.last_error_time*1000):""];}));
   var last=s.batches.slice(-50).reverse();
   table("batches",["batch time","records","scheduling (s)","processing (s)","total (s)",
-    "status","error"],last.map(function(x){return [ts(x.time_ms),x.records,
+    "status","error"],last.map(function(x){return [tsm(x.time_ms),x.records,
     sec(x.scheduling_delay_ms),sec(x.processing_delay_ms),sec(x.total_delay_ms),x.status,
     x.error];}),last.map(function(x){return x.status;}));
   table("wal",["log","records written","bytes written","current topic",

@@ -277,3 +277,52 @@ def test_kafka_lag_of_a_direct_stream(
         assert {(x["topic"], str(x["partition"])) for x in json.loads(body)["kafka_lag"]} == lag
     finally:
         ssc.stop(stopSparkContext=False)
+
+
+def test_a_restart_shows_its_replay_and_the_checkpoint_state_file(
+        make_ssc: Callable[..., StreamingContext], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    inputd, cpd = tmp_path / "in", tmp_path / "cp"
+    inputd.mkdir()
+
+    def setup() -> StreamingContext:
+        ssc = make_ssc(0.5)
+        ssc.checkpoint(str(cpd))
+        ssc.textFileStream(str(inputd)).foreachRDD(lambda rdd: rdd.count())
+        return ssc
+
+    def completed(ssc: StreamingContext, n: int) -> None:
+        engine = ssc._engine
+        assert engine is not None
+        wait_until(lambda: engine.metrics.snapshot()["totals"]["batches_completed"] >= n,
+                   TIMEOUT, f"{n} completed batches", ssc=ssc)
+
+    ssc = StreamingContext.getOrCreate(str(cpd), setup)
+    ssc.start()
+    try:
+        completed(ssc, 3)
+        state = json.loads((cpd / STATE_FILE).read_text())
+        assert state["url"] == _url(ssc)
+        assert cli.main(["status", "--checkpoint", str(cpd)]) == 0
+        assert f"app {ssc._engine.config.app_id}" in capsys.readouterr().out  # type: ignore[union-attr]
+        _, body = _get(_url(ssc) + "api/status")
+        assert json.loads(body)["restart"]["restarted"] is False
+    finally:
+        ssc.stop(stopSparkContext=False)
+    assert not (cpd / STATE_FILE).exists()
+
+    ssc = StreamingContext.getOrCreate(str(cpd), setup)
+    ssc.start()
+    try:
+        completed(ssc, 1)
+        url = _url(ssc)
+        m = _scrape(url)
+        assert m[("walstream_recovery_replayed_events", ())] > 0
+        assert m[("walstream_recovery_replay_seconds", ())] >= 0
+        assert m[("walstream_recovery_first_batch_seconds", ())] > 0
+        _, body = _get(url + "api/status")
+        restart = json.loads(body)["restart"]
+        assert restart["restarted"] is True and restart["replayed_events"] > 0
+        assert restart["first_batch_seconds"] > 0
+    finally:
+        ssc.stop(stopSparkContext=False)
