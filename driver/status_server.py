@@ -177,7 +177,9 @@ class StatusServer:
         try:
             os.makedirs(self._state_dir, exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
+            # Private like the checkpoint files beside it, and never through a symlink.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with open(fd, "w") as f:
                 json.dump({"url": self.url, "pid": os.getpid(),
                            "app_id": self.metrics.app_id}, f)
             os.replace(tmp, path)

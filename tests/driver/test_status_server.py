@@ -62,6 +62,7 @@ def test_routes_state_file_and_cli_view(tmp_path: Path) -> None:
     try:
         assert url.startswith("http://127.0.0.1:")
         assert json.loads((tmp_path / STATE_FILE).read_text())["pid"] == os.getpid()
+        assert (tmp_path / STATE_FILE).stat().st_mode & 0o777 == 0o600
         assert find_url(tmp_path) == url
         code, body = _get(url + "metrics")
         assert code == 200 and b"walstream_batches_completed_total 0.0" in body
