@@ -72,6 +72,12 @@ class KafkaGate:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def forget(self) -> None:
+        """Clear ``admitted`` and ``refused``: what follows is a new phase."""
+        with self._lock:
+            self.admitted.clear()
+            self.refused.clear()
+
     def _accept(self) -> None:
         while not self._stopped.is_set():
             try:
