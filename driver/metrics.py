@@ -233,8 +233,13 @@ class EngineMetrics(StreamingListener):
 
     # -- hooks without a listener event ----------------------------------------------
 
-    def recovered(self, replayed_events: int, seconds: float, restarted: bool) -> None:
-        """The driver WAL was replayed: ``replayed_events`` events in ``seconds``."""
+    def recovered(self, replayed_events: int, seconds: float, restarted: bool,
+                  began_at: float | None = None) -> None:
+        """The driver WAL was replayed: ``replayed_events`` events in ``seconds``, from
+        ``began_at`` (wall seconds; the time to the first batch counts from there, as
+        the restart log's line does)."""
+        if began_at is not None:
+            self.started_at = began_at
         self.replayed_events.set(replayed_events)
         self.replay_seconds.set(seconds)
         with self._lock:
@@ -344,7 +349,7 @@ def record_recovery(metrics: EngineMetrics, tracker: ReceivedBlockTracker,
     stats = tracker.recovery_stats
     restarted = stats.events_replayed > 0 or bool(tracker.allocated_batch_times()) or any(
         tracker.positions(s) for s in stream_ids)
-    metrics.recovered(stats.events_replayed, stats.seconds, restarted)
+    metrics.recovered(stats.events_replayed, stats.seconds, restarted, stats.started_at_s)
 
 
 def _value(counter: Counter) -> float:

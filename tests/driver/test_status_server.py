@@ -17,6 +17,7 @@ from driver.status_server import (
     MAX_CONCURRENT,
     PORT_KEY,
     StatusServer,
+    serve_status,
     state_file_dir,
     ui_address,
 )
@@ -100,3 +101,16 @@ def test_requests_beyond_the_bound_are_refused_at_once() -> None:
         wait_until(lambda: _get(url + "metrics")[0] == 200, 10, "served again")
     finally:
         server.stop()
+
+
+def test_a_port_in_use_leaves_the_pipeline_without_the_page(
+        caplog: pytest.LogCaptureFixture) -> None:
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        with caplog.at_level("ERROR", logger="driver.status_server"):
+            assert serve_status(EngineMetrics("app"), "127.0.0.1", port) is None
+        assert f"cannot bind 127.0.0.1:{port}" in caplog.text
+        assert "running without the status page" in caplog.text
+    finally:
+        taken.close()
