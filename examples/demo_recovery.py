@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from walstream import broker, procs
+from walstream.errors import WalStreamError
+from walstream.status_view import find_url
 from walstream.testing import wait_until
 from walstream.testing.recovery_app import expected_counts
 
@@ -62,6 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     def app_log() -> str:
         return f"demo: the app's log is {log}"
 
+    def live_url() -> str | None:
+        try:
+            return find_url(ckpt)  # None while the file is missing or a dead driver's
+        except WalStreamError:
+            return None
+
+    def show_status_page(which: str) -> None:
+        """The running driver's status page, from the file it keeps beside its checkpoint."""
+        try:
+            wait_until(lambda: live_url() is not None, 60, "the status page", poll_s=0.1,
+                       details=app_log)
+            print(f"recovery demo: {which} driver's status page at {live_url()}", flush=True)
+        except TimeoutError as exc:
+            print(f"recovery demo: no status page ({exc})", flush=True)
+
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     home = work / "broker"
     proc = None
@@ -70,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recovery demo: {args.total} lines -> word count with running totals "
               f"(checkpoint {ckpt})", flush=True)
         proc = start_app(ckpt, out, bootstrap, args.total, log)
+        show_status_page("the")
         want = sum(expected.values())
         wait_until(lambda: 0.25 * want < sum(totals(out).values()), 180, "the first third",
                    poll_s=0.1, details=app_log)
@@ -80,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         restarted_wall = time.time()
         restarted = time.monotonic()
         proc = start_app(ckpt, out, bootstrap, args.total, log)
+        show_status_page("the restarted")
         # Every completed batch rewrites totals.json (its last output operation).
         wait_until(lambda: (out / "totals.json").stat().st_mtime > restarted_wall, 180,
                    "the first batch completed after the restart", poll_s=0.1, details=app_log)

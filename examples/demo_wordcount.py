@@ -35,9 +35,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from driver.block_rdd import block_rdd
 from driver.job_generator import JobGenerator
 from driver.job_scheduler import Job, JobScheduler
+from driver.listener import ListenerBus
+from driver.metrics import EngineMetrics
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import LocalReceiverEndpoint
 from driver.spark import create_spark_context
+from driver.status_server import serve_status
 from receiver import BlockGeneratorConfig, KafkaReceiver, ReceiverSupervisor
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream import broker, procs
@@ -131,7 +134,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"batch {stamp}: {len(blocks)} blocks, {sum(counts.values())} words"
                   f"{': ' + top if top else ''}", flush=True)
 
-        scheduler = JobScheduler(on_batch_completed=lambda info: jobs.on_batch_completed(info))
+        # The status page (what a StreamingContext serves by itself): batches as they run.
+        metrics = EngineMetrics(f"demo-{run}")
+        bus = ListenerBus()
+        bus.add(metrics)
+        bus.start()
+        status = serve_status(metrics, "127.0.0.1", 0)
+        if status is not None:
+            print(f"demo: status page at {status.url} (metrics: {status.url}metrics)",
+                  flush=True)
+        scheduler = JobScheduler(bus, on_batch_completed=lambda info: jobs.on_batch_completed(info))
         jobs = JobGenerator(
             tracker, args.batch_ms,
             lambda t: [Job(t, 0, "word count", lambda: run_batch(t))], scheduler,
@@ -172,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             receiver_wal.clean(2**42, wait_for_completion=True)
             tracker.stop()
             receiver_wal.close()
+            if status is not None:
+                status.stop()
+            bus.stop()
             sc.stop()
 
     total_in, total_out = sum(written.values()), sum(counted.values())

@@ -243,7 +243,7 @@ def test_walstream_inspect_output_redacts_secrets(monkeypatch: pytest.MonkeyPatc
     class Tracker:  # the replay, without a broker
         corrupt_events = 0
 
-        def __init__(self, ids: list[int], wal: Any) -> None:
+        def __init__(self, ids: list[int], wal: Any, **options: Any) -> None:
             self.wal = wal
 
         def state(self) -> Any:
