@@ -71,7 +71,7 @@ from receiver.block_generator import BlockGeneratorConfig
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WriteAheadLog
 from walstream.errors import ConfigError
 from walstream.rpc.auth import EndpointCredentials
 
@@ -83,6 +83,7 @@ RECOVERED_STATE_ENV = "WALSTREAM_RECOVERED_STATE_FILE"
 #: then the context stops and awaitTermination raises the error.
 CONF_ALLOCATE_RETRIES = "spark.walstream.generator.allocateRetries"
 CONF_ALLOCATE_BACKOFF = "spark.walstream.generator.allocateRetryBackoff"
+CONF_METRICS_ENABLED = "spark.walstream.metrics.enabled"
 
 
 def _dump_recovered_state(tracker: ReceivedBlockTracker) -> None:
@@ -133,6 +134,9 @@ class EngineConfig:
     ui_host: str = LOOPBACK
     ui_port: int = -1
     status_dir: str = ""
+    # spark.walstream.metrics.enabled=false: no metrics listener, no metered WAL and
+    # no status server (what the metrics cost is measured against).
+    metrics_enabled: bool = True
 
     def __post_init__(self) -> None:
         check_max_block_bytes(self.max_block_bytes)
@@ -177,6 +181,8 @@ class EngineConfig:
         ui = ui_address(conf)
         kw.setdefault("ui_host", ui[0] if ui else LOOPBACK)
         kw.setdefault("ui_port", ui[1] if ui else -1)
+        kw.setdefault("metrics_enabled",
+                      conf.get(CONF_METRICS_ENABLED, "true").strip().lower() != "false")
         return cls(**kw)
 
     def endpoint_credentials(self) -> EndpointCredentials:
@@ -234,7 +240,8 @@ class StreamingEngine:
         self.bus = ListenerBus()
         # First on the bus: the metrics count every event a user's listener sees.
         self.metrics = EngineMetrics(config.app_id)
-        self.bus.add(self.metrics)
+        if config.metrics_enabled:
+            self.bus.add(self.metrics)
         self.status_server: StatusServer | None = None
         self.scheduler = JobScheduler(self.bus, config.concurrent_jobs,
                                       on_batch_completed=self._on_batch_completed)
@@ -301,7 +308,8 @@ class StreamingEngine:
             self.rate_controller.on_batch_completed(
                 info.batch_time_ms, info.numRecords(), max(0, info.processingDelay()),
                 max(0, info.schedulingDelay()))
-        self.metrics.batch_sources(self.tracker.get_blocks_of_batch(info.batch_time_ms))
+        if self.config.metrics_enabled:
+            self.metrics.batch_sources(self.tracker.get_blocks_of_batch(info.batch_time_ms))
         self.generator.on_batch_completed(info)
 
     def _cleanup(self, t: int) -> None:
@@ -338,9 +346,11 @@ class StreamingEngine:
         with self._recover_lock:
             if self._tracker is not None:
                 return
-            wal = MeteredWriteAheadLog(BatchedWriteAheadLog(KafkaWriteAheadLog(
+            wal: WriteAheadLog = BatchedWriteAheadLog(KafkaWriteAheadLog(
                 self.config.bootstrap_servers, f"{self.config.app_id}-driver",
-                **self.config.wal_options)), f"{self.config.app_id}-driver", self.metrics)
+                **self.config.wal_options))
+            if self.config.metrics_enabled:
+                wal = MeteredWriteAheadLog(wal, f"{self.config.app_id}-driver", self.metrics)
             tracker = ReceivedBlockTracker(self._stream_ids, wal)  # replays the WAL
             record_recovery(self.metrics, tracker, self._stream_ids)
             _dump_recovered_state(tracker)
@@ -370,7 +380,7 @@ class StreamingEngine:
     def _start_status_server(self) -> None:
         """Serve /metrics and the status page, unless the port is -1."""
         self.metrics.set_live(self.live)
-        if self.config.ui_port >= 0:
+        if self.config.ui_port >= 0 and self.config.metrics_enabled:
             self.status_server = serve_status(
                 self.metrics, self.config.ui_host, self.config.ui_port,
                 extra=lambda: {"batch_interval_ms": self.config.batch_interval_ms},
