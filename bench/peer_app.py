@@ -60,7 +60,7 @@ def _record(t: Any, rdd: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--impl", choices=["spark", "ours"], required=True)
+    ap.add_argument("--impl", choices=["spark", "ours", "ours-nometrics"], required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--batch-s", type=float, default=1.0)
     ap.add_argument("--master", default="local[3]")
@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                 .set("spark.default.parallelism", "3")
                 .set("spark.streaming.receiver.writeAheadLog.enable", "true")
                 .set("spark.streaming.blockInterval", f"{args.block_interval_ms}ms")
-                .set("spark.streaming.stopGracefullyOnShutdown", "false"))
+                .set("spark.streaming.stopGracefullyOnShutdown", "false")
+                .set("spark.walstream.metrics.enabled",
+                     "false" if args.impl == "ours-nometrics" else "true"))
         sc = SparkContext(conf=conf)
         ssc = StreamingContext(sc, args.batch_s)
         ssc.checkpoint(args.checkpoint)

@@ -221,4 +221,5 @@ def wait_connected(server: LineServer, app: App, timeout_s: float) -> None:
 
 def impl_label(impl: str) -> str:
     return {"spark": "(a) Spark receiver WAL (local disk)",
-            "ours": "(b) walstream (Kafka WAL)"}[impl]
+            "ours": "(b) walstream (Kafka WAL)",
+            "ours-nometrics": "(c) walstream, metrics off"}[impl]

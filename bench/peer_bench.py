@@ -262,7 +262,7 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
     pa, pb = _stat(a.p99), _stat(b.p99)
     thr_ratio = rb.median / ra.median if ra.median else float("nan")
     rows = []
-    for r in (a, b):
+    for r in results:
         rows.append([impl_label(r.impl), Stat.of(r.rates).fmt(0),
                      _stat(r.p50).fmt(0), _stat(r.p99).fmt(0),
                      "yes" if all(r.counted_ok) else "NO: " + "; ".join(r.notes)])
@@ -285,6 +285,8 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
                    "with the WAL)",
             "(b)": "`driver.StreamingContext`; blocks in the Kafka WAL (acks=all, idempotent) "
                    "before AddBlock; tracker events in the driver's Kafka WAL",
+            "(c)": "(b) with `spark.walstream.metrics.enabled=false` (only with "
+                   "`--metrics-baseline`): no metrics listener, metered WAL or status server",
             "Input": "one TCP line server in the benchmark process; lines of 12 words "
                      "(about 95 B) from a seeded vocabulary of 1000",
             "Sustained rate": f"warm-up (>= {WARMUP_S:.0f} s, until the newest batch's "
@@ -308,10 +310,17 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
         f"- p99 latency at half rate: (b) {pb.median:.0f} ms vs (a) {pa.median:.0f} ms "
         f"(target: lower): **{'met' if pb.median < pa.median else 'missed'}**", "",
     ]
+    if "ours-nometrics" in by:
+        c = by["ours-nometrics"]
+        rc, pc = Stat.of(c.rates), _stat(c.p99)
+        lines += [
+            f"- Cost of the metrics (listener, metered driver WAL, status server): "
+            f"throughput with them / without them **{rb.median / rc.median:.2f}x**; "
+            f"p99 {pb.median:.0f} ms with, {pc.median:.0f} ms without", ""]
     if plotted:
         lines += [f"![rate ladder]({plotted})", ""]
     lines += ["## Ladder steps (first run)", ""]
-    for r in (a, b):
+    for r in results:
         run = r.ladders[0]
         steps = [[f"{p.offered:.0f}", f"{p.achieved:.0f}", phase_verdict(run.batches, p)[1]]
                  for p in run.phases]
@@ -323,18 +332,21 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
 def main(argv: list[str] | None = None) -> int:
     ap = bench_parser(__doc__, list(SIZES), ROOT / "bench" / "results" / "RESULTS-peer.md")
     ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--metrics-baseline", action="store_true",
+                    help="also run walstream with spark.walstream.metrics.enabled=false")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
     runs = args.runs or int(cfg["runs"])
     exit_on_sigterm()
     started = time.monotonic()
-    results = {impl: Result(impl) for impl in ("spark", "ours")}
+    impls = ("spark", "ours", "ours-nometrics") if args.metrics_baseline else ("spark", "ours")
+    results = {impl: Result(impl) for impl in impls}
     workdir = Path(tempfile.mkdtemp(prefix="walstream-peer-"))
     try:
         with bench_broker() as broker:
             facts = machine_info(broker.description)
             for i in range(runs):
-                for impl in ("spark", "ours"):  # interleaved: drift hits both alike
+                for impl in impls:  # interleaved: drift hits all alike
                     r = results[impl]
                     log(f"run {i + 1}/{runs}: {impl} ladder")
                     run = ladder(impl, broker.bootstrap, workdir, cfg)
