@@ -135,7 +135,7 @@ class EngineConfig:
     ui_port: int = -1
     status_dir: str = ""
     # spark.walstream.metrics.enabled=false: no metrics listener, no metered WAL and
-    # no status server (what the metrics cost is measured against).
+    # no status server (the baseline of what the metrics cost).
     metrics_enabled: bool = True
 
     def __post_init__(self) -> None:
