@@ -116,9 +116,9 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
             sums["records"] += len(batch)
 
     class TimedClient(DriverClient):
-        def add_block(self, info: Any) -> bool:
+        def add_block(self, info: Any, figures: Any = None) -> bool:
             t1 = pc()
-            ok = super().add_block(info)
+            ok = super().add_block(info, figures)
             cur["add"] = pc() - t1
             return ok
 

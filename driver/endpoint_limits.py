@@ -4,7 +4,7 @@ A block report is kept in the driver's memory until its batch is cleaned, and it
 is logged in the driver WAL, so it comes back on every restart: a report that is
 larger than any real block needs is refused before it is logged or kept. The
 defaults are far above what a real receiver sends (a Kafka topic name is at most
-249 characters, a block id about 50) and bound one report to about 2.2 MiB on
+249 characters, a block id about 50) and bound one report to about 2.8 MiB on
 the wire and a few MiB in memory.
 """
 
@@ -22,9 +22,12 @@ from walstream.rpc.bounds import Bounds
 # Avro bytes of one source range besides its topic: partition (int) and two longs,
 # and the topic's length prefix.
 _RANGE_FIXED_BYTES = 5 + 10 + 10 + 2
-# Everything of an AddBlock besides its ranges and names: envelope, stream id,
-# record count, handle numbers, length prefixes, array framing.
-_REPORT_FIXED_BYTES = 128
+# Avro bytes of one source end besides its topic: partition (int), a long and the
+# topic's length prefix.
+_END_FIXED_BYTES = 5 + 10 + 2
+# Everything of an AddBlock besides its ranges, ends and names: envelope, stream id,
+# record count, handle numbers, the figures' numbers, length prefixes, array framing.
+_REPORT_FIXED_BYTES = 160
 
 
 @dataclass(frozen=True)
@@ -68,14 +71,17 @@ class EndpointLimits:
                 "other limits allow; raise it or lower the others")
 
     def worst_block_report_bytes(self) -> int:
-        """The largest AddBlock body (bytes) within these limits: its ranges, and three
-        more strings bounded by ``max_name_bytes`` (block id, WAL topic, session)."""
+        """The largest AddBlock body (bytes) within these limits: its ranges, its
+        figures' source ends (at most the wire's ``MAX_SOURCE_ENDS``, which every
+        receiver keeps to), and three more strings bounded by ``max_name_bytes``
+        (block id, WAL topic, session)."""
         ranges = self.max_source_ranges_per_block * (self.max_name_bytes + _RANGE_FIXED_BYTES)
-        return ranges + 3 * self.max_name_bytes + _REPORT_FIXED_BYTES
+        ends = m.MAX_SOURCE_ENDS * (self.max_name_bytes + _END_FIXED_BYTES)
+        return ranges + ends + 3 * self.max_name_bytes + _REPORT_FIXED_BYTES
 
     def add_block_bounds(self) -> Bounds:
         return Bounds(self.max_source_ranges_per_block, self.max_name_bytes,
-                      "max_source_ranges_per_block", "max_name_bytes")
+                      "max_source_ranges_per_block", "max_name_bytes", (m.SOURCE_END_LIMIT,))
 
     def check_name(self, what: str, name: str) -> None:
         size = len(name.encode("utf-8", "surrogatepass"))

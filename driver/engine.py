@@ -68,6 +68,7 @@ from driver.receiver_tracker import ReceiverTracker
 from driver.status_server import StatusServer, serve_status, ui_address
 from driver.wal_conf import wal_options_from_conf
 from receiver.block_generator import BlockGeneratorConfig
+from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
@@ -299,6 +300,17 @@ class StreamingEngine:
                              detail if kind is StreamingListenerReceiverError else "")
         self.bus.post(kind(rinfo))
 
+    def receiver_wal_name(self, stream_id: int) -> str:
+        """The WAL of stream ``stream_id``'s receiver (the metrics' ``log`` label)."""
+        return f"{self.config.app_id}-receiver-{stream_id}"
+
+    def _on_receiver_figures(self, info: ReceivedBlockInfo, figures: BlockFigures) -> None:
+        """A receiver's figures, sent with a block the endpoint logged: the metrics'
+        (under the WAL name the driver gave that stream, never one a receiver sent)."""
+        if info.stream_id in self.receivers:
+            self.metrics.receiver_reported(self.receiver_wal_name(info.stream_id),
+                                           info.handle, figures)
+
     def _publish_rate(self, rate: float) -> None:
         for s in self.receivers:
             self.receiver_tracker.update_rate_limit(s, rate)
@@ -329,6 +341,9 @@ class StreamingEngine:
             thresh = min(thresh, pending[0] - self.config.batch_interval_ms)
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)
+        if self.config.metrics_enabled:
+            for s in self.receivers:
+                self.metrics.wal_cleaned(self.receiver_wal_name(s), thresh)
         if self._clean_driver_streams is not None:
             self._clean_driver_streams(thresh)
 
@@ -422,7 +437,8 @@ class StreamingEngine:
             self.config.endpoint_bind_host or self.config.endpoint_host,
             self.config.endpoint_port, listener=self._on_receiver_event,
             advertised_host=self.config.endpoint_host,
-            credentials=self.config.endpoint_credentials(), tls=self.config.endpoint_tls)
+            credentials=self.config.endpoint_credentials(), tls=self.config.endpoint_tls,
+            on_figures=self._on_receiver_figures if self.config.metrics_enabled else None)
         self.bus.start()                                                        # 3
         self._start_status_server()
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
@@ -444,8 +460,10 @@ class StreamingEngine:
                 endpoint.receivers[s].rate_limit = initial_rate
             specs.append(ReceiverTaskSpec(
                 s, r, endpoint.address, self.config.bootstrap_servers,
-                f"{self.config.app_id}-receiver-{s}",
-                self.config.generator_config(), SupervisorConfig(), self.config.wal_options,
+                self.receiver_wal_name(s),
+                self.config.generator_config(),
+                SupervisorConfig(send_figures=self.config.metrics_enabled),
+                self.config.wal_options,
                 endpoint.credentials))
         endpoint.start_all_receivers(self.sc, specs, self.config.relaunch_delay_s)
 

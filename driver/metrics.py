@@ -5,7 +5,9 @@ engine's bus: the batch and record figures are the listener's figures, counted
 from the same ``BatchInfo`` a user's listener gets. What the bus carries no event
 for comes through direct hooks: the driver WAL is wrapped in
 :class:`MeteredWriteAheadLog`, the engine reports its replay
-(:meth:`EngineMetrics.recovered`), and the figures that are a state rather than
+(:meth:`EngineMetrics.recovered`) and hands over the figures receivers send with
+their block reports (:meth:`EngineMetrics.receiver_reported`: their WAL writes,
+the source ends of the Kafka lag), and the figures that are a state rather than
 an event (batches waiting or running, receivers per state, their rate limits)
 are read when scraped, from a :data:`LiveFigures` callable the engine gives.
 
@@ -32,6 +34,7 @@ from driver.batch_info import BatchInfo
 from driver.events import AllocatedBlocks, event_kind_of
 from driver.listener import StreamingListener
 from driver.received_block_tracker import ReceivedBlockTracker
+from receiver.block_info import BlockFigures
 from wal.base import WriteAheadLog
 from wal.handle import RecordHandle
 
@@ -41,6 +44,8 @@ DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 3
 WAL_WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 #: Batches the status page lists (newest last).
 RECENT_BATCHES = 300
+#: Source partitions whose end receivers reported that are kept (more are ignored).
+MAX_RECEIVER_ENDS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,8 @@ class _LiveCollector(Collector):
         yield states
         lag = GaugeMetricFamily(
             "walstream_kafka_source_lag",
-            "Log end (as the driver last probed it) minus the next offset no completed "
-            "batch processed, per source partition of a direct stream",
+            "Log end (as a direct stream's probe or a receiver's report last found it) "
+            "minus the next offset no completed batch processed, per source partition",
             labels=["topic", "partition"])
         for (topic, partition), n in sorted(self._lag().items()):
             lag.add_metric([topic, str(partition)], n)
@@ -191,6 +196,7 @@ class EngineMetrics(StreamingListener):
         self._live: LiveFigures | None = None
         self._first_batch_seen = False
         self._source_ends: SourceEnds | None = None
+        self._receiver_ends: dict[tuple[str, int], int] = {}
         self._processed: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._batches: collections.deque[BatchRecord] = collections.deque(
@@ -220,11 +226,26 @@ class EngineMetrics(StreamingListener):
                         if r.until_offset > self._processed.get(key, -1):
                             self._processed[key] = r.until_offset
 
-    def kafka_lag(self) -> dict[tuple[str, int], int]:
-        """Per partition with a known log end and a completed batch: the records
-        between the next offset to process and that end."""
-        ends = self._source_ends() if self._source_ends is not None else {}
+    def receiver_reported(self, log: str, handle: RecordHandle,
+                          figures: BlockFigures) -> None:
+        """A receiver's block report, stored at ``handle`` in its WAL ``log``, came
+        with ``figures``: its WAL write, and the source ends it learnt."""
+        self.wal_written(log, figures.wal_bytes, figures.wal_write_seconds, None, handle)
         with self._lock:
+            ends = self._receiver_ends
+            for e in figures.source_ends:
+                key = (e.topic, e.partition)
+                if key in ends or len(ends) < MAX_RECEIVER_ENDS:
+                    ends[key] = max(ends.get(key, 0), e.end_offset)
+
+    def kafka_lag(self) -> dict[tuple[str, int], int]:
+        """Per partition with a known log end (a direct stream's probe, a receiver's
+        report) and a completed batch: the records between the next offset to
+        process and that end."""
+        ends = dict(self._source_ends()) if self._source_ends is not None else {}
+        with self._lock:
+            for k, end in self._receiver_ends.items():
+                ends[k] = max(end, ends.get(k, end))
             return {k: max(0, end - self._processed[k]) for k, end in ends.items()
                     if k in self._processed}
 

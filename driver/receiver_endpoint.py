@@ -13,6 +13,10 @@ always does, with what the call presented) must present the stream's current
 token, else :class:`~driver.errors.SessionTokenError`; in-process callers pass
 none. A stream bound with :meth:`LocalReceiverEndpoint.bind` takes only blocks of
 its own WAL and declared source topics (:class:`~driver.stream_binding.StreamBinding`).
+A block's :class:`~receiver.block_info.BlockFigures` (the receiver's WAL write, the
+source ends it knows) go, once the block is logged and with the values no real
+receiver sends and the ends of other topics than a bound stream's left out, to the
+``on_figures`` callback (the engine's metrics); they never decide the answer.
 The gRPC
 :class:`~driver.receiver_tracker.ReceiverTracker` serves the same messages to
 receivers on executors.
@@ -21,9 +25,10 @@ receivers on executors.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReportLimitError, SessionTokenError, UnknownReceiverError
@@ -36,16 +41,37 @@ from driver.listener import (
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_commands import CommandMailbox
 from driver.stream_binding import StreamBinding
-from receiver.block_info import ReceivedBlockInfo
+from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.registration import Registration
 from receiver.states import ReceiverState
 from walstream.rpc.auth import new_session_token, same_token
+from walstream.rpc.messages import MAX_SOURCE_ENDS
 
 log = logging.getLogger(__name__)
 
 #: Told (event type, stream id, detail) of every receiver event: the detail is the
 #: executor id for a start, the message for an error or a stop.
 Listener = Callable[[type[ReceiverEvent], int, str], None]
+#: Told each logged block and the figures its receiver sent with it.
+FiguresSink = Callable[[ReceivedBlockInfo, BlockFigures], None]
+
+#: The figures kept: a WAL write of at most an hour and 2**40 bytes, offsets >= 0.
+_MAX_WRITE_SECONDS = 3600.0
+_MAX_WRITE_BYTES = 1 << 40
+
+
+def sane_figures(figures: BlockFigures, topics: frozenset[str] | None) -> BlockFigures:
+    """``figures`` without what no real receiver sends: a write time or size out of
+    range becomes 0, and only ends of ``topics`` (None: any) at offsets >= 0, at
+    most ``MAX_SOURCE_ENDS`` of them, are kept."""
+    seconds = figures.wal_write_seconds
+    if not (math.isfinite(seconds) and 0 <= seconds <= _MAX_WRITE_SECONDS):
+        seconds = 0.0
+    nbytes = figures.wal_bytes if 0 <= figures.wal_bytes <= _MAX_WRITE_BYTES else 0
+    ends = tuple(e for e in figures.source_ends[:MAX_SOURCE_ENDS]
+                 if e.partition >= 0 and e.end_offset >= 0
+                 and (topics is None or e.topic in topics))
+    return replace(figures, wal_write_seconds=seconds, wal_bytes=nbytes, source_ends=ends)
 
 
 @dataclass
@@ -72,8 +98,10 @@ class ReceiverTrackingInfo:
 class LocalReceiverEndpoint:
     def __init__(self, block_tracker: ReceivedBlockTracker, stream_ids: list[int],
                  listener: Listener | None = None,
-                 limits: EndpointLimits | None = None) -> None:
+                 limits: EndpointLimits | None = None,
+                 on_figures: FiguresSink | None = None) -> None:
         self.block_tracker = block_tracker
+        self.on_figures = on_figures
         self.limits = limits or EndpointLimits()
         self.receivers = {s: ReceiverTrackingInfo(s) for s in stream_ids}
         self._lock = threading.Lock()
@@ -161,13 +189,15 @@ class LocalReceiverEndpoint:
             info = self.receivers.get(stream_id)
             return info is not None and same_token(info.session, session)
 
-    def add_block(self, info: ReceivedBlockInfo, session: str | None = None) -> bool:
+    def add_block(self, info: ReceivedBlockInfo, session: str | None = None,
+                  figures: BlockFigures | None = None) -> bool:
         """True once the block is logged. Refused with nothing logged or kept:
         :class:`UnknownReceiverError` for a receiver that is not registered,
         :class:`SessionTokenError` for a ``session`` that is not its stream's
         current one, :class:`ReportLimitError` for a report over :attr:`limits`,
         :class:`~driver.errors.ForeignBlockError` for a WAL or source topic that is
-        not its bound stream's."""
+        not its bound stream's. ``figures`` go to :attr:`on_figures` once the block
+        is logged (:func:`sane_figures`)."""
         with self._lock:
             self._require_active(info.stream_id)
             self._require_session(info.stream_id, session)
@@ -175,7 +205,14 @@ class LocalReceiverEndpoint:
         self.limits.check_block(info)
         if binding is not None:
             binding.check(info)
-        return self.block_tracker.add_block(info)
+        ok = self.block_tracker.add_block(info)
+        if ok and figures is not None and self.on_figures is not None:
+            try:
+                self.on_figures(info, sane_figures(
+                    figures, binding.source_topics if binding is not None else None))
+            except Exception:
+                log.exception("receiver %d: its figures could not be recorded", info.stream_id)
+        return ok
 
     def report_error(self, stream_id: int, message: str, error: str,
                      session: str | None = None) -> None:

@@ -2,7 +2,8 @@
 
 Messages (gRPC, Avro bodies, see :mod:`walstream.rpc.messages`): RegisterReceiver
 (accept or refuse, with the source positions the driver has acknowledged),
-AddBlock (answered True only after the tracker logged the block), Report
+AddBlock (answered True only after the tracker logged the block; it carries the
+receiver's figures, handed to ``on_figures``), Report
 (errors and deregistration) and a Control stream carrying StopReceiver,
 CleanupOldBlocks and UpdateRateLimit to the receiver (coalesced per receiver,
 see :class:`~driver.receiver_commands.CommandMailbox`: never dropped). Local API:
@@ -42,7 +43,7 @@ from driver.endpoint_limits import EndpointLimits
 from driver.errors import ReceiverPermissionError, ReportLimitError, UnknownReceiverError
 from driver.listener import StreamingListenerReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import Listener, LocalReceiverEndpoint
+from driver.receiver_endpoint import FiguresSink, Listener, LocalReceiverEndpoint
 from driver.receiver_scheduling import (
     ExecutorLocation,
     executors_of,
@@ -50,7 +51,7 @@ from driver.receiver_scheduling import (
     reschedule_receiver,
 )
 from driver.stream_binding import StreamBinding
-from receiver.block_info import ReceivedBlockInfo
+from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.states import ReceiverState
 from receiver.task import ReceiverTaskSpec, run_receiver_task
 from walstream.errors import ConfigError, CorruptDataError
@@ -81,6 +82,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
         advertised_host: str | None = None,
         credentials: auth.EndpointCredentials | None = None,
         tls: EndpointTls | None = None,
+        on_figures: FiguresSink | None = None,
     ) -> None:
         """Listens on ``host:port`` (port 0: any free one); receivers are told
         ``advertised_host`` (default ``host``) and the bound port, as ``address``.
@@ -93,7 +95,7 @@ class ReceiverTracker(LocalReceiverEndpoint):
         ``limits.unary_workers``); the pool has two more per input stream for the
         Control streams, and at most ``maximum_concurrent_rpcs`` calls run or wait
         (more are refused with RESOURCE_EXHAUSTED, which a receiver retries)."""
-        super().__init__(block_tracker, stream_ids, listener, limits)
+        super().__init__(block_tracker, stream_ids, listener, limits, on_figures)
         unary = self.limits.unary_workers if max_workers is None else max_workers
         if unary < 1:
             raise ConfigError("ReceiverTracker: max_workers must be >= 1")
@@ -193,8 +195,10 @@ class ReceiverTracker(LocalReceiverEndpoint):
             return {"ok": False, "message": f"block report refused: {req.message}"[:1000],
                     "proof": b""}
         block = req["block"]
+        figures = req.get("figures")
         try:
-            ok = self.add_block(ReceivedBlockInfo.from_dict(block), session=req["session"])
+            ok = self.add_block(ReceivedBlockInfo.from_dict(block), session=req["session"],
+                                figures=BlockFigures.from_dict(figures) if figures else None)
             message = "" if ok else "the driver could not log the block"
         except ReceiverPermissionError as exc:
             self._deny(ctx, exc)

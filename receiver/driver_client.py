@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 
 from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
+from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.errors import (
     DriverProofError,
     EndpointAuthError,
@@ -155,9 +155,13 @@ class DriverClient:
                 self._sessions[stream_id] = registration.session
         return registration
 
-    def add_block(self, info: ReceivedBlockInfo) -> bool:
+    def add_block(self, info: ReceivedBlockInfo, figures: BlockFigures | None = None) -> bool:
+        """Report a stored block, with the receiver's ``figures`` (metrics only: the
+        answer does not depend on them)."""
         session = self.session_of(info.stream_id)
-        r = self._call(self._add_block, {"block": info.to_dict(), "session": session},
+        r = self._call(self._add_block,
+                       {"block": info.to_dict(), "session": session,
+                        "figures": figures.to_dict() if figures is not None else None},
                        f"reporting block {info.block_id}")
         if not r["ok"]:
             log.error("driver refused block %s: %s", info.block_id, r["message"])

@@ -48,6 +48,15 @@ class Receiver:
     def on_block_reported(self, block_id: str, metadata: Any) -> None:
         """Called after the driver acknowledged a block: acknowledge the source here."""
 
+    def source_ends(self) -> dict[tuple[str, int], int]:
+        """The source partition ends this receiver knows now: ``(topic, partition) ->``
+        the next offset the source will write, as last learnt from the source (no
+        extra request). Sent to the driver with the block reports, for the Kafka lag
+        of its metrics; the driver keeps only declared source topics
+        (:meth:`source_topics`). Called from the supervisor's pushing thread. The
+        default: none."""
+        return {}
+
     def source_topics(self) -> Iterable[str] | None:
         """The source topics this receiver's blocks name in their source ranges
         (``store(..., metadata)`` positions). The driver refuses a range naming any

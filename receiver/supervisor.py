@@ -10,7 +10,10 @@ docs/ARCHITECTURE.md, invariants 1 and 2):
 2. Report ``AddBlock(stream id, block id, record count, WAL handle, source
    ranges)`` to the driver and wait for its answer, which it gives only after
    logging the block in its own WAL. No answer or a refusal raises
-   :class:`BlockReportError`; the receiver stops.
+   :class:`BlockReportError`; the receiver stops. The report carries the
+   receiver's figures since its last report (:class:`~receiver.block_info.BlockFigures`:
+   the block's WAL write time and bytes, the source ends the receiver learnt), for
+   the driver's metrics, when the reporter's ``add_block`` takes ``figures``.
 3. Only then call ``receiver.on_block_reported``, where a receiver acknowledges
    its source (e.g. commits Kafka offsets). A crash before this step leaves the
    source unacknowledged: the data is read again, and the tracker keeps a
@@ -30,11 +33,12 @@ data is read again, the WAL record is cleaned with its segment).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -48,7 +52,7 @@ from receiver.block_generator import (
     new_block_id,
     split_by_bytes,
 )
-from receiver.block_info import ReceivedBlockInfo
+from receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
 from receiver.errors import (
     BadRecordError,
     BlockGeneratorStoppedError,
@@ -68,12 +72,18 @@ from wal.errors import WalError, WalWriteTimeoutError
 from wal.handle import RecordHandle
 from walstream.errors import ConfigError
 from walstream.killpoints import kill_point
+from walstream.rpc.messages import MAX_SOURCE_ENDS
 
 log = logging.getLogger(__name__)
 
 
 class BlockReporter(Protocol):
-    """The driver endpoint a supervisor talks to (in-process or over gRPC)."""
+    """The driver endpoint a supervisor talks to (in-process or over gRPC).
+
+    A reporter whose ``add_block`` also takes a ``figures`` keyword
+    (``add_block(info, figures=None)``: the driver's endpoints and its gRPC client
+    do) gets the receiver's :class:`~receiver.block_info.BlockFigures` with each
+    block; one without it gets the block alone."""
 
     def register_receiver(
         self, stream_id: int, host: str, executor_id: str
@@ -105,6 +115,8 @@ class SupervisorConfig:
     bad_record_policy: str = "skip"
     pipelined_store: bool = True
     store_timeout_s: float = 120.0
+    # Send the receiver's figures with each block report (BlockFigures).
+    send_figures: bool = True
 
     def __post_init__(self) -> None:
         if self.store_retries < 1 or self.report_retries < 1:
@@ -113,6 +125,15 @@ class SupervisorConfig:
             raise ConfigError("store_timeout_s must be > 0")
         if self.bad_record_policy not in ("skip", "fail"):
             raise ConfigError("bad_record_policy must be 'skip' or 'fail'")
+
+
+def takes_figures(reporter: Any) -> bool:
+    """Whether ``reporter.add_block`` takes a ``figures`` keyword."""
+    try:
+        params = inspect.signature(reporter.add_block).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "figures" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 @dataclass
@@ -124,6 +145,8 @@ class PendingBlock:
     source: tuple[SourceRange, ...]
     payload: bytes
     future: Future[RecordHandle] | None  # None: step 1 is a synchronous write
+    started_s: float = 0.0  # perf_counter when the (first) write began
+    write_seconds: float | None = None  # the write that was acknowledged, until then
 
 
 class ReceiverSupervisor:
@@ -156,6 +179,9 @@ class ReceiverSupervisor:
         self.start_positions: tuple[SourceRange, ...] = ()
         self.blocks_reported = 0
         self.records_reported = 0
+        self._takes_figures = self.config.send_figures and takes_figures(reporter)
+        # Source ends the driver has from this registration: only changes are sent.
+        self._ends_sent: dict[tuple[str, int], int] = {}
         receiver._attach(self, stream_id)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -184,6 +210,7 @@ class ReceiverSupervisor:
         with self._state_lock:
             self._receiver_state = ReceiverState.ACTIVE
             self.receiver_stopped.clear()
+            self._ends_sent = {}
         self.receiver.onStart()
 
     def _stop_receiver(self, message: str, error: BaseException | None) -> None:
@@ -438,7 +465,9 @@ class ReceiverSupervisor:
         write_async = getattr(self.wal, "write_async", None)
         if self.config.pipelined_store and write_async is not None:
             try:
+                pending.started_s = time.perf_counter()
                 pending.future = write_async(payload, int(time.time() * 1000))
+                pending.future.add_done_callback(_on_done(pending))
             except WalError as exc:  # the first try failed at once; _store retries
                 failed: Future[RecordHandle] = Future()
                 failed.set_exception(exc)
@@ -447,9 +476,15 @@ class ReceiverSupervisor:
 
     def _store_try(self, pending: PendingBlock, attempt: int) -> RecordHandle:
         if attempt > 1 or pending.future is None:
-            return self.wal.write(pending.payload, int(time.time() * 1000))
+            pending.started_s = time.perf_counter()
+            handle = self.wal.write(pending.payload, int(time.time() * 1000))
+            pending.write_seconds = time.perf_counter() - pending.started_s
+            return handle
         try:
-            return pending.future.result(timeout=self.config.store_timeout_s)
+            handle = pending.future.result(timeout=self.config.store_timeout_s)
+            if pending.write_seconds is None:  # the done callback has not run yet
+                _acknowledged(pending)
+            return handle
         except WalError:
             raise  # the write's own failure (a WalWriteTimeoutError is a TimeoutError too)
         except FutureTimeout:
@@ -479,9 +514,10 @@ class ReceiverSupervisor:
         block_id = pending.block_id
         info = ReceivedBlockInfo(self.stream_id, block_id, pending.count, handle,
                                  pending.source)
+        figures = self._figures(pending) if self._takes_figures else None
         for attempt in range(1, self.config.report_retries + 1):
             try:
-                if self.reporter.add_block(info):
+                if self._add_block(info, figures):
                     break
                 raise BlockReportError(f"the driver refused block {block_id}")
             except Exception as exc:
@@ -495,4 +531,41 @@ class ReceiverSupervisor:
                 time.sleep(self.config.report_backoff_s * attempt)
         self.blocks_reported += 1
         self.records_reported += pending.count
+        if figures is not None:
+            with self._state_lock:
+                self._ends_sent.update(
+                    {(e.topic, e.partition): e.end_offset for e in figures.source_ends})
         self.receiver.on_block_reported(block_id, pending.source)
+
+    def _add_block(self, info: ReceivedBlockInfo, figures: BlockFigures | None) -> bool:
+        if figures is None:
+            return self.reporter.add_block(info)
+        reporter: Any = self.reporter
+        return bool(reporter.add_block(info, figures=figures))
+
+    def _figures(self, pending: PendingBlock) -> BlockFigures:
+        """The figures sent with ``pending``'s report: its WAL write, and the source
+        ends the receiver knows that the driver has not been sent yet (at most
+        ``MAX_SOURCE_ENDS``, the rest in later reports)."""
+        try:
+            known = self.receiver.source_ends()
+        except Exception as exc:  # figures are never worth a lost block
+            log.debug("stream %d: source_ends failed: %s", self.stream_id, exc)
+            known = {}
+        with self._state_lock:
+            sent = dict(self._ends_sent)
+        ends = [SourceEnd(t, p, end) for (t, p), end in sorted(known.items())
+                if sent.get((t, p)) != end][:MAX_SOURCE_ENDS]
+        seconds = pending.write_seconds
+        return BlockFigures(max(0.0, seconds if seconds is not None else 0.0),
+                            len(pending.payload), tuple(ends))
+
+
+def _on_done(pending: PendingBlock) -> Callable[[Future[RecordHandle]], None]:
+    return lambda _: _acknowledged(pending)
+
+
+def _acknowledged(pending: PendingBlock) -> None:
+    """``pending``'s write was acknowledged now (or failed: then a retry measures)."""
+    if pending.write_seconds is None:
+        pending.write_seconds = time.perf_counter() - pending.started_s

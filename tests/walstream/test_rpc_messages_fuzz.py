@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from receiver.block_info import ReceivedBlockInfo
+from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from tests.walstream.fuzz_checks import (
     FUZZ,
     WRONG_TYPES,
@@ -28,13 +28,18 @@ RANGE = {"topic": "src", "partition": 3, "from_offset": 10, "until_offset": 20}
 BLOCK = {"stream_id": 1, "block_id": "input-1-a", "num_records": 5,
          "handle": {"topic": "wal-t", "partition": 0, "offset": 7, "chunks": 2, "index": -1},
          "source": [RANGE, RANGE]}
+END = {"topic": "src", "partition": 3, "end_offset": 25}
+FIGURES = {"wal_write_seconds": 0.004, "wal_bytes": 1234, "source_ends": [END, END]}
 VALID: dict[str, tuple[m.BoundedCodec, dict[str, Any]]] = {
     "register": (m.REGISTER_REQUEST, {"stream_id": 1, "host": "h", "executor_id": "e:1:2",
                                       "receiver_type": "KafkaReceiver", "nonce": b"n" * 32}),
     "register-answer": (m.REGISTER_RESPONSE, {"accepted": True, "message": "registered",
                                               "positions": [RANGE], "rate_limit": 100.0,
                                               "session": "s" * 43, "proof": b"p" * 32}),
-    "add-block": (m.ADD_BLOCK_REQUEST, {"block": BLOCK, "session": "s" * 43}),
+    "add-block": (m.ADD_BLOCK_REQUEST, {"block": BLOCK, "session": "s" * 43,
+                                        "figures": FIGURES}),
+    "add-block-no-figures": (m.ADD_BLOCK_REQUEST, {"block": BLOCK, "session": "s" * 43,
+                                                   "figures": None}),
     "add-block-answer": (m.ADD_BLOCK_RESPONSE, {"ok": False, "message": "refused",
                                                 "proof": b"p" * 32}),
     "report": (m.REPORT_REQUEST, {"stream_id": 1, "kind": "ERROR", "message": "m",
@@ -49,9 +54,12 @@ VERSION = bytes((m.PROTOCOL_VERSION,))
 PREFIX = m.ADD_BLOCK_REQUEST.magic + VERSION
 
 
-def _add_block(data: bytes) -> ReceivedBlockInfo:
+def _add_block(data: bytes) -> tuple[ReceivedBlockInfo, BlockFigures | None]:
     """What the driver's AddBlock handler does with a body."""
-    return ReceivedBlockInfo.from_dict(m.decode(m.ADD_BLOCK_REQUEST)(data)["block"])
+    req = m.decode(m.ADD_BLOCK_REQUEST)(data)
+    figures = req["figures"]
+    return (ReceivedBlockInfo.from_dict(req["block"]),
+            BlockFigures.from_dict(figures) if figures else None)
 
 
 DECODERS = {**{name: m.decode(codec) for name, (codec, _) in VALID.items()},
@@ -61,7 +69,20 @@ DECODERS = {**{name: m.decode(codec) for name, (codec, _) in VALID.items()},
 def test_every_codec_is_covered_and_its_valid_message_round_trips() -> None:
     assert {id(c) for c, _ in VALID.values()} == {id(c) for c in m.ALL_CODECS}
     for name, (codec, datum) in VALID.items():
+        assert ENCODED[name][len(codec.magic)] == m.PROTOCOL_VERSION == 3
         assert m.decode(codec)(ENCODED[name]) == datum
+
+
+def test_an_add_block_of_version_3_round_trips_its_figures() -> None:
+    info, figures = _add_block(ENCODED["add-block"])
+    assert info == ReceivedBlockInfo.from_dict(BLOCK)
+    assert figures == BlockFigures.from_dict(FIGURES)
+    assert figures.source_ends[0].end_offset == 25 and figures.wal_bytes == 1234
+    assert BlockFigures.from_dict(figures.to_dict()) == figures
+    assert _add_block(ENCODED["add-block-no-figures"]) == (info, None)
+    # A sender leaving the figures out sends none.
+    assert m.decode(m.ADD_BLOCK_REQUEST)(
+        m.ADD_BLOCK_REQUEST.encode({"block": BLOCK, "session": ""}))["figures"] is None
 
 
 @FUZZ
@@ -108,7 +129,12 @@ def test_huge_declared_lengths_and_counts_raise_without_allocating() -> None:
     handle = b"\x0awal-t\x00\x0e\x04\x01"
     source_at = block_id_at + b"\x02x" + avro_long(5) + handle  # then the ranges' count
     register_answer = m.REGISTER_RESPONSE.magic + VERSION + b"\x01\x00"  # then positions' count
+    add_block = ENCODED["add-block-no-figures"]
+    # The no-figures body ends in the union's null branch (0): the record branch (2),
+    # a double and a long, then the source ends' count.
+    ends_at = add_block[:-1] + b"\x02" + b"\x00" * 8 + avro_long(7)
     cases = [
+        *[(DECODERS["add-block"], d) for d in huge_lengths(ends_at)],
         *[(DECODERS["add-block"], d) for d in huge_lengths(block_id_at)],
         *[(DECODERS["add-block"], d) for d in huge_lengths(source_at)],
         *[(DECODERS["register-answer"], d) for d in huge_lengths(register_answer)],
@@ -118,15 +144,28 @@ def test_huge_declared_lengths_and_counts_raise_without_allocating() -> None:
         assert decodes_or_typed_error(decode, data) is None
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("name", sorted(VALID))
-def test_a_message_of_protocol_version_1_is_refused_naming_the_version(name: str) -> None:
-    """Version 1 had no authentication: its messages are refused, never served."""
+def test_a_message_of_an_older_protocol_version_is_refused_naming_the_version(
+    name: str, version: int
+) -> None:
+    """Version 1 had no authentication, version 2 no figures in AddBlock: their
+    messages are refused, never served."""
     codec = VALID[name][0]
-    old = codec.magic + b"\x01" + ENCODED[name][len(codec.magic) + 1:]
-    with pytest.raises(UnknownSchemaVersionError, match="unknown schema version 1"):
+    old = codec.magic + bytes((version,)) + ENCODED[name][len(codec.magic) + 1:]
+    with pytest.raises(UnknownSchemaVersionError, match=f"unknown schema version {version}"):
         DECODERS[name](old)
     got = m.decode_request(codec)(old)
-    assert isinstance(got, m.BadRequest) and "version 1" in got.message
+    assert isinstance(got, m.BadRequest) and f"version {version}" in got.message
+
+
+def test_an_add_block_of_version_2_is_refused_naming_the_version() -> None:
+    """A version 2 receiver's AddBlock (no figures) as it was laid out."""
+    v2 = m.ADD_BLOCK_REQUEST.magic + b"\x02" + ENCODED["add-block-no-figures"][
+        len(m.ADD_BLOCK_REQUEST.magic) + 1:-1]
+    got = m.decode_request(m.ADD_BLOCK_REQUEST)(v2)
+    assert isinstance(got, m.BadRequest)
+    assert "unknown schema version 2" in got.message
 
 
 def test_a_body_over_max_message_bytes_is_refused_before_decoding() -> None:
@@ -140,6 +179,8 @@ def test_a_body_over_max_message_bytes_is_refused_before_decoding() -> None:
 @pytest.mark.parametrize(("name", "field", "value", "limit"), [
     ("add-block", "source", [RANGE] * (m.MAX_SOURCE_RANGES + 1), "max_source_ranges_per_block"),
     ("add-block", "block_id", "b" * (m.MAX_NAME_BYTES + 1), "max_name_bytes"),
+    ("add-block", "source_ends", [END] * (m.MAX_SOURCE_ENDS + 1), "max_source_ends_per_report"),
+    ("add-block", "end_topic", "t" * (m.MAX_NAME_BYTES + 1), "max_name_bytes"),
     ("report", "message", "m" * (m.MAX_TEXT_BYTES + 1), "max_text_bytes"),
     ("register", "host", "h" * (m.MAX_NAME_BYTES + 1), "max_name_bytes"),
 ])
@@ -147,9 +188,30 @@ def test_an_array_or_string_over_its_bound_is_refused_naming_the_bound(
     name: str, field: str, value: Any, limit: str
 ) -> None:
     codec, datum = VALID[name]
-    over = {"block": {**BLOCK, field: value}} if name == "add-block" else {**datum, field: value}
+    if field == "source_ends":
+        over = {**datum, "figures": {**FIGURES, "source_ends": value}}
+    elif field == "end_topic":
+        over = {**datum, "figures": {**FIGURES, "source_ends": [{**END, "topic": value}]}}
+    elif name == "add-block":
+        over = {**datum, "block": {**BLOCK, field: value}}
+    else:
+        over = {**datum, field: value}
     with pytest.raises(RpcMessageError, match=limit):
         m.decode(codec)(codec.encode(over))
+
+
+def test_source_ends_have_their_own_bound_not_the_source_ranges() -> None:
+    """As many ends as the wire allows pass, though more than a tighter range bound."""
+    datum = {**VALID["add-block"][1],
+             "figures": {**FIGURES, "source_ends": [END] * m.MAX_SOURCE_ENDS}}
+    tight = m.ADD_BLOCK_REQUEST.with_bounds(
+        m.Bounds(2, m.MAX_NAME_BYTES, "max_source_ranges_per_block", "max_name_bytes",
+                 (m.SOURCE_END_LIMIT,)))
+    assert len(m.decode(tight)(tight.encode(datum))["figures"]["source_ends"]) == \
+        m.MAX_SOURCE_ENDS
+    three_ranges = {**datum, "block": {**BLOCK, "source": [RANGE] * 3}}
+    with pytest.raises(RpcMessageError, match="max_source_ranges_per_block"):
+        m.decode(tight)(tight.encode(three_ranges))
 
 
 @pytest.mark.parametrize("wrong", WRONG_TYPES, ids=lambda w: type(w).__name__)

@@ -27,16 +27,28 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 @dataclass(frozen=True)
 class Bounds:
     """``max_items`` per array, ``max_string_bytes`` per string or bytes value;
-    ``*_name`` say which setting a refusal names."""
+    ``*_name`` say which setting a refusal names. ``item_limits``: ``(record name,
+    max items, setting name)`` for arrays of that named record, instead of
+    ``max_items``."""
 
     max_items: int
     max_string_bytes: int
     items_name: str = "max_items"
     string_name: str = "max_string_bytes"
+    item_limits: tuple[tuple[str, int, str], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_items < 0 or self.max_string_bytes < 0:
+        if self.max_items < 0 or self.max_string_bytes < 0 or any(
+                n < 0 for _, n, _ in self.item_limits):
             raise ConfigError("Bounds: max_items and max_string_bytes must be >= 0")
+
+    def items_limit(self, items: Any) -> tuple[int, str]:
+        """The item bound of an array of ``items`` and the setting it names."""
+        name = items.get("name") if isinstance(items, dict) else items
+        for record, limit, setting in self.item_limits:
+            if record == name:
+                return limit, setting
+        return self.max_items, self.items_name
 
 
 class _Scan:
@@ -108,6 +120,7 @@ class _Scan:
             raise ConfigError(f"{self.kind}: the bounds check does not support {t!r}")
 
     def array(self, items: Any) -> None:
+        limit, setting = self.bounds.items_limit(items)
         total = 0
         while True:
             count = self.long()
@@ -117,9 +130,9 @@ class _Scan:
                 count = -count
                 self.long()
             total += count
-            if total > self.bounds.max_items:
+            if total > limit:
                 raise self.fail(f"an array of {total} or more items is over the limit of "
-                                f"{self.bounds.max_items} ({self.bounds.items_name})")
+                                f"{limit} ({setting})")
             for _ in range(count):
                 self.value(items)
 

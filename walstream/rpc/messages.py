@@ -21,19 +21,21 @@ from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
 from walstream.rpc.bounds import Bounds, check_bounds
 from walstream.rpc.errors import RpcMessageError
-from walstream.rpc.schemas import BLOCK_INFO_SCHEMA, SOURCE_RANGE_SCHEMA
+from walstream.rpc.schemas import BLOCK_FIGURES_SCHEMA, BLOCK_INFO_SCHEMA, SOURCE_RANGE_SCHEMA
 
 SERVICE = "walstream.ReceiverTracker"
 
 #: The envelope version of every message. Version 2 added authentication (a
 #: registration nonce and proof, session tokens, command sequence numbers and MACs:
-#: :mod:`walstream.rpc.auth`). Only this version is read: a version 1 peer cannot
-#: authenticate, so its messages are refused with the version named
-#: (:class:`~walstream.errors.UnknownSchemaVersionError`) instead of being served.
-PROTOCOL_VERSION = 2
+#: :mod:`walstream.rpc.auth`); version 3 the receiver's figures in AddBlock (its
+#: WAL write of the block, the source ends it knows: the driver's metrics). Only
+#: this version is read: a version 1 peer cannot authenticate and a version 2 peer
+#: sends AddBlock in another layout, so their messages are refused with the version
+#: named (:class:`~walstream.errors.UnknownSchemaVersionError`) instead of being served.
+PROTOCOL_VERSION = 3
 
 #: The gRPC message limit of both sides: a block report at the endpoint's default
-#: limits (4096 source ranges, 512-byte names) takes under 2.2 MiB.
+#: limits (4096 source ranges, 1024 source ends, 512-byte names) takes under 2.8 MiB.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Bytes of one string of a Report, a refusal or a command on the wire; a receiver
 #: truncates what it sends to this, the driver keeps at most its own smaller limit.
@@ -43,6 +45,10 @@ MAX_NAME_BYTES = 512
 #: Source ranges in one block report, and positions in a registration answer.
 MAX_SOURCE_RANGES = 4096
 MAX_POSITIONS = 1 << 20
+#: Source ends in one block report's figures (a receiver sends more in later reports).
+MAX_SOURCE_ENDS = 1024
+#: The bound of an AddBlock's source ends, by their record's name (walstream.rpc.bounds).
+SOURCE_END_LIMIT = ("SourceEnd", MAX_SOURCE_ENDS, "max_source_ends_per_report")
 
 
 class BoundedCodec(VersionedCodec):
@@ -106,10 +112,13 @@ REGISTER_RESPONSE = _codec("RegisterReceiverResponse", [
     # HMAC with the driver key over the nonce and this answer (walstream.rpc.auth).
     {"name": "proof", "type": "bytes", "default": ""},
 ], Bounds(MAX_POSITIONS, MAX_TEXT_BYTES, "max_positions", "max_text_bytes"))
-ADD_BLOCK_REQUEST = _codec("AddBlock", [{"name": "block", "type": BLOCK_INFO_SCHEMA},
-                                         {"name": "session", "type": "string", "default": ""}],
-                           Bounds(MAX_SOURCE_RANGES, MAX_NAME_BYTES,
-                                  "max_source_ranges_per_block", "max_name_bytes"))
+ADD_BLOCK_REQUEST = _codec("AddBlock", [
+    {"name": "block", "type": BLOCK_INFO_SCHEMA},
+    {"name": "session", "type": "string", "default": ""},
+    # The receiver's figures for this report (version 3); null: none.
+    {"name": "figures", "type": ["null", BLOCK_FIGURES_SCHEMA], "default": None},
+], Bounds(MAX_SOURCE_RANGES, MAX_NAME_BYTES, "max_source_ranges_per_block", "max_name_bytes",
+          (SOURCE_END_LIMIT,)))
 ADD_BLOCK_RESPONSE = _codec("AddBlockResponse", [
     {"name": "ok", "type": "boolean"},
     {"name": "message", "type": "string"},
