@@ -9,6 +9,9 @@ driver acknowledged (from its registration answer: exactly-once ingestion across
 receiver deaths); else ``start_offsets`` when given; else the group's committed
 offsets; else ``auto.offset.reset``. A poll batch is stored in parts of at most
 the generator's ``max_block_bytes``, each with the ranges of exactly its records.
+After each poll batch the receiver notes each of its partitions' end (the high
+watermark librdkafka cached from its fetches, at least the offset after the last
+record fetched): :meth:`KafkaReceiver.source_ends`, the driver's Kafka lag.
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ class KafkaReceiver(Receiver):
         # (stored or skipped). An in-process restart resumes here: that data is in
         # the supervisor's block generator, which a restart flushes, not loses.
         self._next_offsets: dict[tuple[str, int], int] = {}
+        self._ends_lock = threading.Lock()
+        self._ends: dict[tuple[str, int], int] = {}
         self.undecodable = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -103,12 +108,15 @@ class KafkaReceiver(Receiver):
         # are not, and belong to the process that runs the receiver anyway.
         state = super().__getstate__()
         # Positions handed to this process's supervisor mean nothing elsewhere.
-        state.update(_consumer=None, _thread=None, _commit_lock=None, _next_offsets={})
+        state.update(_consumer=None, _thread=None, _commit_lock=None, _next_offsets={},
+                     _ends_lock=None, _ends={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._commit_lock = threading.Lock()
+        self._ends_lock = threading.Lock()
+        self._ends = {}
 
     def _assignment(self, consumer: Consumer) -> list[TopicPartition]:
         md = consumer.list_topics(timeout=30)
@@ -168,6 +176,7 @@ class KafkaReceiver(Receiver):
                 self._commit_reported(consumer)
                 msgs = consumer.consume(self._batch_size(), 0.1)
                 if msgs:
+                    self._note_ends(consumer, msgs)
                     self._store_batch(msgs, raw_utf8)
         except BlockGeneratorStoppedError:
             pass  # the supervisor is stopping
@@ -205,6 +214,31 @@ class KafkaReceiver(Receiver):
             part.add((topic, partition), offset, record, size)
         if part.ranges:
             self._push_part(part)
+
+    def _note_ends(self, consumer: Consumer, msgs: list[Message]) -> None:
+        """Each partition of a poll batch: its end as librdkafka last fetched it (the
+        cached high watermark; no request), at least the offset after its last record."""
+        last: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if msg.error() is None and topic is not None and partition is not None \
+                    and offset is not None:
+                last[(topic, partition)] = max(last.get((topic, partition), -1), offset + 1)
+        ends = {}
+        for (topic, partition), after in last.items():
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                         cached=True)
+            except Exception:  # not known yet: the fetched records say enough
+                high = -1
+            ends[(topic, partition)] = max(after, high if high is not None else -1)
+        with self._ends_lock:
+            for key, end in ends.items():
+                self._ends[key] = max(self._ends.get(key, 0), end)
+
+    def source_ends(self) -> dict[tuple[str, int], int]:
+        with self._ends_lock:
+            return dict(self._ends)
 
     def _record_of(self, msg: Message, raw_utf8: bool, where: tuple[str, int, int]
                    ) -> bytes | None:

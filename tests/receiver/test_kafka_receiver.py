@@ -402,3 +402,33 @@ def test_a_put_timeout_does_not_silently_end_consumption(
     assert sup.error is None
     no_overlap(ranges_of(reporter.blocks))
     assert sorted(reporter.reported_items()) == expected_items(cluster)
+
+
+def test_source_ends_are_at_least_the_offset_after_the_last_fetched_record(
+    cluster: FakeCluster, run: Callable[..., Any]
+) -> None:
+    """A consumer that knows no watermark (this fake has none) still gives ends."""
+    _, receiver = run(KafkaReceiver("fake:9092", "g", {"src": 1}))
+    wait_until(lambda: all_committed(cluster))
+    assert receiver.source_ends() == {("src", 0): 30, ("src", 1): 20}
+
+
+def test_source_ends_are_the_cached_high_watermarks(
+    cluster: FakeCluster, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka's cached high watermark, asked with cached=True (no request), is the
+    end when it is beyond the records fetched so far."""
+    asked: list[bool] = []
+
+    def watermarks(self: FakeConsumer, tp: TopicPartition, cached: bool = False,
+                   timeout: float | None = None) -> tuple[int, int]:
+        asked.append(cached)
+        return 0, self.cluster.end((tp.topic, tp.partition)) + 5
+
+    monkeypatch.setattr(FakeConsumer, "get_watermark_offsets", watermarks, raising=False)
+    _, receiver = run(KafkaReceiver("fake:9092", "g", {"src": 1}))
+    wait_until(lambda: all_committed(cluster))
+    assert receiver.source_ends() == {("src", 0): 35, ("src", 1): 25}
+    assert asked and all(asked)
+    copy = pickle.loads(pickle.dumps(receiver))
+    assert copy.source_ends() == {}  # positions of this process mean nothing elsewhere
