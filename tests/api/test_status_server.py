@@ -191,8 +191,13 @@ def test_status_api_page_and_cli(
     [receiver] = s["receivers"]
     assert receiver["stream"] == 0 and receiver["state"] == "active"
     assert receiver["name"] == "SocketTextReceiver" and receiver["host"]
-    [wal] = s["wal"]
+    app = s["app_id"]
+    wals = {w["name"]: w for w in s["wal"]}
+    assert set(wals) == {f"{app}-driver", f"{app}-receiver-0"}
+    wal = wals[f"{app}-driver"]
     assert wal["bytes"] > 0 and wal["events"]["BLOCK_ADDITION"] >= 1
+    receiver_wal = wals[f"{app}-receiver-0"]  # figures the receiver sent with its blocks
+    assert receiver_wal["bytes"] > 0 and receiver_wal["events"] == {}
     assert s["restart"]["restarted"] is False
 
     kind, page = _get(url)
@@ -275,6 +280,44 @@ def test_kafka_lag_of_a_direct_stream(
         assert m[("walstream_records_processed_total", ())] == 200
         _, body = _get(url + "api/status")
         assert {(x["topic"], str(x["partition"])) for x in json.loads(body)["kafka_lag"]} == lag
+    finally:
+        ssc.stop(stopSparkContext=False)
+
+
+def test_kafka_lag_and_wal_of_a_kafka_receiver(
+        make_ssc: Callable[..., StreamingContext], bootstrap: str,
+        topic_factory: Callable[..., str], unique_name: Callable[[str], str]) -> None:
+    """The receiver's figures come with its block reports: its WAL's writes under
+    ``<app>-receiver-0`` and the source end it knows, so a drained partition lags 0."""
+    topic = topic_factory("rlag", partitions=1)
+    _produce(bootstrap, topic, 200, 1)
+    ssc = make_ssc(0.5)
+    listener = _Counting()
+    ssc.addStreamingListener(listener)
+    KafkaUtils.createStream(ssc, bootstrap, unique_name("group"), {topic: 1},
+                            {"auto.offset.reset": "smallest"}).foreachRDD(lambda rdd: rdd.count())
+    ssc.start()
+    try:  # stopped here, before topic_factory deletes the topic under the running receiver
+        wait_until(lambda: listener.figures()[2] >= 200, TIMEOUT, "200 records processed",
+                   ssc=ssc)
+        url = _url(ssc)
+        key = ("walstream_kafka_source_lag", (("partition", "0"), ("topic", topic)))
+        wait_until(lambda: _scrape(url).get(key) == 0, TIMEOUT, "a lag of 0", ssc=ssc)
+        m = _scrape(url)
+        app = ssc._engine.config.app_id  # type: ignore[union-attr]
+        log = (("log", f"{app}-receiver-0"),)
+        assert m[("walstream_records_processed_total", ())] == 200
+        assert m[("walstream_wal_bytes_written_total", log)] > 0
+        assert m[("walstream_wal_write_seconds_count", log)] >= 1
+        assert m[("walstream_wal_bytes_written_total", (("log", f"{app}-driver"),))] > 0
+        _, body = _get(url + "api/status")
+        s = json.loads(body)
+        assert s["kafka_lag"] == [{"topic": topic, "partition": 0, "lag": 0}]
+        wals = {w["name"]: w for w in s["wal"]}
+        assert set(wals) == {f"{app}-driver", f"{app}-receiver-0"}
+        receiver_wal = wals[f"{app}-receiver-0"]
+        assert receiver_wal["bytes"] > 0 and receiver_wal["records"] >= 1
+        assert f"{app}-receiver-0" in receiver_wal["last_topic"]
     finally:
         ssc.stop(stopSparkContext=False)
 
