@@ -397,8 +397,11 @@ class WordCountRun:
 
     def details(self) -> str:
         tail = self.cluster.lab.log_tail(self.app, 60) if self.app is not None else ""
+        errors = [line for line in self.cluster.lab.log_tail(self.app, 100_000).splitlines()
+                  if "failed" in line or "ERROR" in line] if self.app is not None else []
         return (f"receivers: {self.receivers()}\nbatches completed: {len(self.batches())}\n"
-                f"--- spark-submit ({self.submits}):\n{tail}")
+                f"--- the app's errors:\n" + "\n".join(errors[-40:]) +
+                f"\n--- spark-submit ({self.submits}):\n{tail}")
 
     def batches(self, since: float = 0.0) -> list[dict[str, Any]]:
         return [b for b in _jsonl(self.out / "progress.jsonl") if b["wall"] >= since]
@@ -554,7 +557,8 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
             fig[f"{kind} stream: lines good/bad, words in/out, lost/doubled"] = (
                 f"{fed[kind]['good']}/{fed[kind]['bad']}, {sum(want.values())}/"
                 f"{sum(got.values())}, {lost}/{doubled}")
-            assert got == want, f"{kind} stream: {lost} words lost, {doubled} doubled"
+            assert got == want, (f"{kind} stream: {lost} words lost, {doubled} doubled; "
+                                 f"sink batches {output['batches']}\n{run.details()}")
         fig["batches in the sink"] = output["batches"]
         fig["batches of the down time run by the restarted driver"] = sum(
             1 for b in run.batches(restarted) if b["batch"] < up * 1000)
