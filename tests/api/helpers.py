@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,3 +109,36 @@ def add_input_stream(ssc: StreamingContext) -> list[list[Any]]:
     """A queue stream of 100 batches with an output, so ``ssc`` can start and runs batches."""
     inputs = [range(1, x) for x in range(101)]
     return collect(ssc, ssc.queueStream(inputs), 1, block=False)
+
+
+class LineServer:
+    """A TCP server that sends ``lines`` on the first connection and keeps it open."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.data = "".join(f"{line}\n" for line in lines).encode()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self.connections:
+                conn.sendall(self.data)
+            self.connections.append(conn)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(5)
+        for c in self.connections:
+            c.close()
+        self.sock.close()

@@ -4,8 +4,6 @@ that must count every record exactly once."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,51 +12,18 @@ import pytest
 from confluent_kafka import Producer
 
 from driver import KafkaUtils, StreamingContext
-from tests.api.helpers import TIMEOUT, BatchInfoCollector
+from tests.api.helpers import TIMEOUT, BatchInfoCollector, LineServer
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
 
 
-class _LineServer:
-    """A TCP server that sends ``lines`` on the first connection and keeps it open."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.data = "".join(f"{line}\n" for line in lines).encode()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections: list[socket.socket] = []
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not self.connections:
-                conn.sendall(self.data)
-            self.connections.append(conn)
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-        for c in self.connections:
-            c.close()
-        self.sock.close()
-
-
 @pytest.fixture
-def line_server() -> Iterator[Callable[[list[str]], _LineServer]]:
-    servers: list[_LineServer] = []
+def line_server() -> Iterator[Callable[[list[str]], LineServer]]:
+    servers: list[LineServer] = []
 
-    def make(lines: list[str]) -> _LineServer:
-        servers.append(_LineServer(lines))
+    def make(lines: list[str]) -> LineServer:
+        servers.append(LineServer(lines))
         return servers[-1]
 
     yield make
@@ -104,7 +69,7 @@ def _expected(lines: list[str]) -> Counter[str]:
 
 
 def test_socket_text_stream_word_count(ssc: StreamingContext,
-                                       line_server: Callable[[list[str]], _LineServer]) -> None:
+                                       line_server: Callable[[list[str]], LineServer]) -> None:
     lines = _lines(300)
     server = line_server(lines)
     collector = BatchInfoCollector()

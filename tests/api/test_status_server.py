@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from driver import KafkaUtils, StreamingContext, StreamingListener
 from driver.status_server import PORT_KEY
-from tests.api.helpers import TIMEOUT
+from tests.api.helpers import TIMEOUT, LineServer
 from walstream import cli
 from walstream.status_view import STATE_FILE
 from walstream.testing import wait_until
@@ -29,39 +28,6 @@ from walstream.testing import wait_until
 pytestmark = pytest.mark.spark
 
 LINES = 300
-
-
-class _Lines:
-    """A TCP server sending ``lines`` on its first connection, then keeping it open."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.data = "".join(f"{line}\n" for line in lines).encode()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not self.conns:
-                conn.sendall(self.data)
-            self.conns.append(conn)
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
 
 
 class _Counting(StreamingListener):
@@ -86,11 +52,11 @@ class _Counting(StreamingListener):
 
 
 @pytest.fixture
-def lines() -> Iterator[Callable[[list[str]], _Lines]]:
-    made: list[_Lines] = []
+def lines() -> Iterator[Callable[[list[str]], LineServer]]:
+    made: list[LineServer] = []
 
-    def make(data: list[str]) -> _Lines:
-        made.append(_Lines(data))
+    def make(data: list[str]) -> LineServer:
+        made.append(LineServer(data))
         return made[-1]
 
     yield make
@@ -111,7 +77,7 @@ def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for s in family.samples}
 
 
-def _running_pipeline(ssc: StreamingContext, server: _Lines) -> _Counting:
+def _running_pipeline(ssc: StreamingContext, server: LineServer) -> _Counting:
     listener = _Counting()
     ssc.addStreamingListener(listener)
     ssc.socketTextStream("127.0.0.1", server.port).foreachRDD(lambda rdd: rdd.count())
@@ -129,7 +95,7 @@ def _url(ssc: StreamingContext) -> str:
 
 def test_metrics_are_the_listeners_figures(
         make_ssc: Callable[..., StreamingContext],
-        lines: Callable[[list[str]], _Lines]) -> None:
+        lines: Callable[[list[str]], LineServer]) -> None:
     ssc = make_ssc(0.5)
     listener = _running_pipeline(ssc, lines([f"line {i}" for i in range(LINES)]))
     url = _url(ssc)
@@ -168,7 +134,7 @@ def test_metrics_are_the_listeners_figures(
 
 
 def test_status_api_page_and_cli(
-        make_ssc: Callable[..., StreamingContext], lines: Callable[[list[str]], _Lines],
+        make_ssc: Callable[..., StreamingContext], lines: Callable[[list[str]], LineServer],
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("WALSTREAM_HOME", str(tmp_path))
