@@ -35,7 +35,7 @@ from driver.events import AllocatedBlocks, event_kind_of
 from driver.listener import StreamingListener
 from driver.received_block_tracker import ReceivedBlockTracker
 from receiver.block_info import BlockFigures
-from wal.base import WriteAheadLog
+from wal.base import ForwardingWriteAheadLog, WriteAheadLog
 from wal.handle import RecordHandle
 
 #: Buckets of the batch total delay histogram, in seconds.
@@ -378,31 +378,22 @@ def _value(counter: Counter) -> float:
                 if s.name.endswith("_total"))
 
 
-class MeteredWriteAheadLog(WriteAheadLog):
+class MeteredWriteAheadLog(ForwardingWriteAheadLog):
     """A WAL whose writes and cleans are counted in ``metrics`` under ``log``."""
 
     def __init__(self, wrapped: WriteAheadLog, log: str, metrics: EngineMetrics) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self.log = log
         self.metrics = metrics
 
     def write(self, record: bytes, time_ms: int) -> RecordHandle:
         start = time.perf_counter()
-        handle = self.wrapped.write(record, time_ms)
+        handle = super().write(record, time_ms)
         self.metrics.wal_written(self.log, len(record), time.perf_counter() - start,
                                  event_kind_of(record), handle)
         return handle
 
-    def read(self, handle: RecordHandle) -> bytes:
-        return self.wrapped.read(handle)
-
-    def read_all(self) -> Iterator[bytes]:
-        return self.wrapped.read_all()
-
     def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
-        self.wrapped.clean(thresh_time_ms, wait_for_completion)
+        super().clean(thresh_time_ms, wait_for_completion)
         self.metrics.wal_cleaned(self.log, thresh_time_ms)
-
-    def close(self) -> None:
-        self.wrapped.close()
 

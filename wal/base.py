@@ -55,3 +55,28 @@ class WriteAheadLog(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class ForwardingWriteAheadLog(WriteAheadLog):
+    """A WAL that hands every call to ``wrapped``: the base of wrappers that watch a
+    log (count its writes, note what became durable) and change nothing in it.
+    A subclass overrides what it watches and calls ``super()``, so every guarantee
+    stays the wrapped log's: ``write`` returns only when ``wrapped.write`` did."""
+
+    def __init__(self, wrapped: WriteAheadLog) -> None:
+        self.wrapped = wrapped
+
+    def write(self, record: bytes, time_ms: int) -> RecordHandle:
+        return self.wrapped.write(record, time_ms)
+
+    def read(self, handle: RecordHandle) -> bytes:
+        return self.wrapped.read(handle)
+
+    def read_all(self) -> Iterator[bytes]:
+        return self.wrapped.read_all()
+
+    def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
+        self.wrapped.clean(thresh_time_ms, wait_for_completion)
+
+    def close(self) -> None:
+        self.wrapped.close()

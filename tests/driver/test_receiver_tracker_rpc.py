@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -15,36 +15,24 @@ from receiver.block_info import ReceivedBlockInfo
 from receiver.driver_client import DriverClient
 from tests.driver.helpers import CommandFollower
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
-from wal.base import WriteAheadLog
+from wal.base import ForwardingWriteAheadLog, WriteAheadLog
 
 
-class DurableSet(WriteAheadLog):
+class DurableSet(ForwardingWriteAheadLog):
     """Wraps a log and records which block ids are durable (their write returned)."""
 
     def __init__(self, wrapped: WriteAheadLog) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self.durable: set[str] = set()
         self._lock = threading.Lock()
 
     def write(self, record: bytes, time_ms: int) -> RecordHandle:
-        handle = self.wrapped.write(record, time_ms)
+        handle = super().write(record, time_ms)
         event = decode_event(record)
         if isinstance(event, BlockAddition):
             with self._lock:
                 self.durable.add(event.block.block_id)
         return handle
-
-    def read(self, handle: RecordHandle) -> bytes:
-        return self.wrapped.read(handle)
-
-    def read_all(self) -> Iterator[bytes]:
-        return self.wrapped.read_all()
-
-    def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
-        self.wrapped.clean(thresh_time_ms, wait_for_completion)
-
-    def close(self) -> None:
-        self.wrapped.close()
 
 
 def _info(stream: int, i: int) -> ReceivedBlockInfo:
