@@ -4,8 +4,9 @@ Steps of a block's life: store in the receiver WAL -> log BlockAddition -> answe
 AddBlock -> allocate to a batch (logged) -> run the batch's output -> checkpoint
 -> clean old batches (only after that checkpoint is durable). For each kill
 point between them, a driver process (walstream.testing.crash_driver) dies with
-SIGKILL; a new tracker replays the driver WAL and must end exactly in the state
-the dead one had, or (when it died between logging an event and applying it, on
+SIGKILL at the n-th crossing of the point after its first checkpoint is durable;
+a new tracker replays the driver WAL and must end exactly in the state the dead
+one had, or (when it died between logging an event and applying it, on
 any thread) in that state plus exactly that one logged event: the log never
 lags memory and leads it by at most one unanswered event.
 """
@@ -28,7 +29,7 @@ from driver.received_block_tracker import ReceivedBlockTracker
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
 KILL_POINTS = [
-    "receiver.after_store_before_report:40",  # after the first checkpoint (50 ms blocks)
+    "receiver.after_store_before_report:40",  # counts run from the first checkpoint
     "tracker.after_log_before_apply:7",
     "tracker.after_add_block_before_answer:6",
     "tracker.after_allocation_logged:4",
@@ -80,11 +81,11 @@ def test_replay_after_sigkill_equals_the_state_before(
 ) -> None:
     app = unique_name("crash")
     state_file = tmp_path / "state.json"
-    env = dict(os.environ, WALSTREAM_KILL_POINT=point)
+    env = {k: v for k, v in os.environ.items() if k != "WALSTREAM_KILL_POINT"}
     proc = subprocess.run(
         [sys.executable, "-m", "walstream.testing.crash_driver", bootstrap, app,
          "--state-file", str(state_file), "--seconds", "40",
-         "--checkpoint-dir", str(tmp_path / "ckpt")],
+         "--checkpoint-dir", str(tmp_path / "ckpt"), "--kill-point", point],
         env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (
         f"the kill point {point} never fired (rc {proc.returncode}): {proc.stderr[-2000:]}")

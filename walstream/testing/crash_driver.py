@@ -4,11 +4,17 @@ Runs an in-process RateGeneratorReceiver (deterministic lines), a
 ReceivedBlockTracker over a batched Kafka WAL, and a JobGenerator whose batches
 read their blocks back from the receiver WAL. After every change of tracker
 state it atomically writes ``state.to_json()`` to ``--state-file``, so a test
-that arms a kill point (``WALSTREAM_KILL_POINT``) can compare the state a
+that arms a kill point (``--kill-point name[:n]``) can compare the state a
 restarted tracker replays with the state right before the SIGKILL. With
 ``--checkpoint-dir`` it also checkpoints as the engine does (after a batch is
 generated and after it completed) and cleans the tracker only once the
 checkpoint written after the batch's completion is durable.
+
+The kill point is armed only once the first checkpoint is durable (at start
+without ``--checkpoint-dir``), through ``WALSTREAM_KILL_POINT_FILE``, so ``n``
+counts the crossings after arming and a test may rely on a checkpoint existing
+however early its point comes in the run. ``WALSTREAM_KILL_POINT`` is refused:
+it would arm the point from the first line, before any checkpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from driver.receiver_endpoint import LocalReceiverEndpoint
 from receiver import BlockGeneratorConfig, RateGeneratorReceiver, ReceiverSupervisor
 from receiver.block import Block
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream import killpoints
 
 
 class DumpingTracker(ReceivedBlockTracker):
@@ -53,7 +60,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--batch-ms", type=int, default=300)
     ap.add_argument("--checkpoint-dir", type=Path)
+    ap.add_argument("--kill-point", required=True,
+                    help="name[:n]: die at the n-th crossing after the first checkpoint")
     args = ap.parse_args()
+    if os.environ.get(killpoints.ENV):
+        ap.error(f"{killpoints.ENV} would arm before the first checkpoint: use --kill-point")
+    name, _, n = args.kill_point.partition(":")
+    # Unarmed until the first checkpoint: the file does not exist yet.
+    kill_file = args.state_file.with_name(args.state_file.name + ".kill-point")
+    kill_file.unlink(missing_ok=True)
+    os.environ[killpoints.FILE_ENV] = str(kill_file)
 
     tracker = DumpingTracker(
         args.state_file, [0],
@@ -86,7 +102,14 @@ def main() -> None:
                         checkpointer=checkpointer if writer else None)
     supervisor.start()
     jobs.start()
-    time.sleep(args.seconds)
+    deadline = time.monotonic() + args.seconds
+    # ``written`` counts checkpoint files already durable (the writer's thread
+    # increments it after the write returns).
+    while writer is not None and writer.written == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if writer is None or writer.written > 0:
+        killpoints.arm_file(kill_file, name, int(n) if n.isdigit() else 1)
+    time.sleep(max(0.0, deadline - time.monotonic()))
     os._exit(3)  # no kill point fired: the test reports that
 
 
