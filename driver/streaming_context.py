@@ -29,7 +29,8 @@ from checkpoint.files import CheckpointWriter, prepare_directory
 from driver.driver_gc import PeriodicDriverGC
 from driver.dstream import DStream
 from driver.durations import to_ms
-from driver.engine import EngineConfig, StreamingEngine
+from driver.engine import StreamingEngine
+from driver.engine_config import EngineConfig
 from driver.graph import DStreamGraph
 from driver.graph_pickle import dumps_graph, pickle_graph
 from driver.listener import StreamingListener

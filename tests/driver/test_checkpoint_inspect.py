@@ -16,7 +16,7 @@ import pytest
 
 from checkpoint.files import write_checkpoint
 from driver.checkpoint_inspect import inspect_checkpoint
-from driver.engine import EngineConfig
+from driver.engine_config import EngineConfig
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.wal_conf import TOPIC_PREFIX_KEY
 from receiver.block import SourceRange

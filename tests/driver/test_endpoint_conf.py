@@ -12,7 +12,7 @@ from driver.endpoint_conf import (
     endpoint_addresses,
     host_port,
 )
-from driver.engine import EngineConfig
+from driver.engine_config import EngineConfig
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from receiver.driver_client import DriverClient

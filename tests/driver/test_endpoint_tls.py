@@ -19,7 +19,7 @@ from driver.endpoint_conf import (
     endpoint_tls,
     spark_auth_secret,
 )
-from driver.engine import EngineConfig
+from driver.engine_config import EngineConfig
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from receiver.block import SourceRange

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from driver.engine import EngineConfig, StreamingEngine
+from driver.engine import StreamingEngine
+from driver.engine_config import EngineConfig
 from driver.job_scheduler import Job
 from driver.listener import StreamingListener
 from driver.received_block_tracker import ReceivedBlockTracker

@@ -13,7 +13,8 @@ import pytest
 
 from driver.block_rdd import block_rdd
 from driver.endpoint_conf import SSL_CERT_FILE_KEY, SSL_ENABLED_KEY, SSL_KEY_FILE_KEY
-from driver.engine import EngineConfig, StreamingEngine
+from driver.engine import StreamingEngine
+from driver.engine_config import EngineConfig
 from driver.job_scheduler import Job
 from driver.spark import create_spark_context
 from receiver import RateGeneratorReceiver

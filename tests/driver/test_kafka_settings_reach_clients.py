@@ -268,7 +268,7 @@ def test_walstream_inspect_output_redacts_secrets(monkeypatch: pytest.MonkeyPatc
 
 
 def test_no_config_object_shows_a_secret_in_its_repr() -> None:
-    from driver.engine import EngineConfig
+    from driver.engine_config import EngineConfig
     from receiver.task import ReceiverTaskSpec
 
     options = wal_options_from_conf(CONF)

@@ -3,7 +3,8 @@ status server (the baseline the metrics' cost is measured against)."""
 
 from __future__ import annotations
 
-from driver.engine import CONF_METRICS_ENABLED, EngineConfig, StreamingEngine
+from driver.engine import StreamingEngine
+from driver.engine_config import CONF_METRICS_ENABLED, EngineConfig
 from driver.metrics import EngineMetrics
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from driver.engine import EngineConfig
+from driver.engine_config import EngineConfig
 from receiver.block_generator import MAX_BLOCK_BYTES, BlockGeneratorConfig
 from walstream.errors import ConfigError
 

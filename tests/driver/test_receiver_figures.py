@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from driver.engine import EngineConfig, StreamingEngine
+from driver.engine import StreamingEngine
+from driver.engine_config import EngineConfig
 from driver.metrics import MAX_RECEIVER_ENDS, EngineMetrics
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import LocalReceiverEndpoint, sane_figures

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from driver.engine import EngineConfig
+from driver.engine_config import EngineConfig
 from driver.wal_conf import TOPIC_PREFIX_KEY, wal_options_from_conf
 from wal.config import KafkaWalConfig
 
