@@ -21,7 +21,9 @@ them), over the checkpoint's own; secrets are redacted in the output.
 
 While it replays, ``progress`` shows how far it got on a stream of its own
 (standard error from the command line, so the JSON on standard output stays as
-it is): ``bar``, a progress bar (tqdm: events so far, rate, elapsed); ``lines``,
+it is): ``bar``, a progress bar (tqdm: the WAL's Kafka records read of their
+total from the end offsets, with the events so far, when the WAL tells them, else
+events so far, rate, elapsed); ``lines``,
 a plain line at most every ``PROGRESS_LINE_INTERVAL_S`` and one at the end;
 ``auto``, a bar on a terminal and lines otherwise; ``none`` (the default of the
 functions here), nothing.
@@ -71,27 +73,40 @@ def replay_progress(mode: str, stream: IO[str],
 def _line_sink(stream: IO[str]) -> Callable[[ProgressSnapshot, bool], None]:
     def write(snap: ProgressSnapshot, final: bool) -> None:
         if final:
+            read = ("" if snap.extent is None else
+                    f", {snap.extent.done:,} of {snap.extent.total:,} {snap.extent.unit}")
             print(f"walstream inspect: replayed the driver WAL: {snap.done:,} events in "
-                  f"{snap.elapsed_s:.1f} s", file=stream, flush=True)
+                  f"{snap.elapsed_s:.1f} s{read}", file=stream, flush=True)
         else:
             print(f"walstream inspect: {_WHAT}: {snap.describe()}", file=stream, flush=True)
     return write
 
 
 class _BarSink:
-    """A tqdm bar, opened at the first report and closed at the last."""
+    """A tqdm bar, opened at the first report and closed at the last: in WAL records of
+    their known total (events so far beside them) when the first report has an extent,
+    else in events."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
         self.bar: Any = None
+        self.in_extent = False
 
     def __call__(self, snap: ProgressSnapshot, final: bool) -> None:
         if self.bar is None:
             from tqdm import tqdm
 
-            self.bar = tqdm(desc=_WHAT, total=snap.total, unit=" events", file=self.stream,
+            self.in_extent = snap.extent is not None
+            total, unit = ((snap.extent.total, f" {snap.extent.unit}")
+                           if snap.extent is not None else (snap.total, " events"))
+            self.bar = tqdm(desc=_WHAT, total=total, unit=unit, file=self.stream,
                             dynamic_ncols=True, mininterval=BAR_INTERVAL_S)
-        self.bar.update(snap.done - self.bar.n)
+        if self.in_extent:
+            if snap.extent is not None:
+                self.bar.update(snap.extent.done - self.bar.n)
+            self.bar.set_postfix_str(f"{snap.done:,} events", refresh=False)
+        else:
+            self.bar.update(snap.done - self.bar.n)
         if final:
             self.bar.close()
 

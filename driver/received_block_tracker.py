@@ -18,13 +18,21 @@ SPARK-5233 mixed leftover blocks into new batches); an allocation logged again
 later allocation names again belongs to that later batch, which is what the
 live tracker ran after the earlier write failed.
 
-A long replay reports its progress as it goes (events so far, rate) at most every
+A long replay reports its progress as it goes at most every
 ``REPLAY_LOG_INTERVAL_S`` and once at the end, through a
 :class:`~walstream.progress.ProgressReporter` (a caller such as ``walstream
-inspect`` may pass its own, drawing a progress bar). The total is not known
-before the end: the WAL's end offsets count Kafka records, each a group of a
-varying number of events split into chunks, so a total from them would be a
-guess; what was replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
+inspect`` may pass its own, drawing a progress bar): events so far, the rate,
+and, from a WAL that can tell (:meth:`~wal.base.WriteAheadLog.replay_progress`:
+a Kafka WAL, also under the batched and forwarding wrappers), the WAL records
+read of their total, its percentage and an ETA from that fraction and the time
+so far. That total counts Kafka records, taken from the segments' end offsets as
+the replay starts, and the records read are counted by offsets, so a replay that
+reads every segment to its end reaches it exactly, however many events a stored
+group holds and however many chunks a record was split into.
+The total of events is not known before the end, for that same reason: a total
+of events from the offsets would be a guess, and none is shown. A WAL that cannot
+tell (the in-memory test WAL) gives lines that say the total is not known. What
+was replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import CorruptDataError
 from walstream.killpoints import kill_point
-from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
+from walstream.progress import Extent, ProgressReporter, ProgressSnapshot, format_rate
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +100,15 @@ class TrackerState:
         }
 
 
+def wal_extent(wal: WriteAheadLog) -> Extent | None:
+    """How far ``wal``'s latest ``read_all`` got in its records of a known total;
+    None when the log cannot tell (see :meth:`~wal.base.WriteAheadLog.replay_progress`)."""
+    replay = wal.replay_progress()
+    if replay is None or replay.total is None:
+        return None
+    return Extent(replay.consumed, replay.total)
+
+
 class ReceivedBlockTracker:
     """Spark's ReceivedBlockTracker with a Kafka WAL (PEP 8 method names).
 
@@ -109,9 +126,10 @@ class ReceivedBlockTracker:
         replay_progress: ProgressReporter | None = None,
         replay_clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``replay_progress`` counts the replay's events (read, corrupt included);
-        default: log lines at most every :data:`REPLAY_LOG_INTERVAL_S` (by
-        ``replay_clock``) and at the end."""
+        """``replay_progress`` counts the replay's events (read, corrupt included) and is
+        made to follow the WAL's records read (see the module docstring); default: log
+        lines at most every :data:`REPLAY_LOG_INTERVAL_S` (by ``replay_clock``) and at
+        the end."""
         self._wal = wal
         self._clock = clock
         self._lock = threading.RLock()
@@ -213,9 +231,12 @@ class ReceivedBlockTracker:
     def _recover(self, progress: ProgressReporter) -> None:
         assert self._wal is not None
         started_at = self._clock()
+        wal = self._wal
+        records = wal.read_all()  # the log's replay progress follows this read from now on
+        progress.follow(lambda: wal_extent(wal))
         progress.start()
         count = 0
-        for data in self._wal.read_all():
+        for data in records:
             progress.advance()
             try:
                 event = decode_event(data)
@@ -238,8 +259,10 @@ class ReceivedBlockTracker:
             log.info("tracker: the driver WAL holds no events: starting empty")
             return
         corrupt = f" ({self.corrupt_events} undecodable, skipped)" if self.corrupt_events else ""
-        log.info("tracker: recovered from %d events%s in %.1f s (%s events/s): %s",
-                 snap.done - self.corrupt_events, corrupt, snap.elapsed_s,
+        read = (f", {snap.extent.done:,} of {snap.extent.total:,} {snap.extent.unit}"
+                if snap.extent is not None else "")
+        log.info("tracker: recovered from %d events%s%s in %.1f s (%s events/s): %s",
+                 snap.done - self.corrupt_events, corrupt, read, snap.elapsed_s,
                  format_rate(snap.rate), self._summary())
 
     def _summary(self) -> str:

@@ -4,9 +4,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import TracebackType
 
 from wal.handle import RecordHandle
+
+
+@dataclass
+class ReplayProgress:
+    """How far a ``read_all`` got, in the records the log's storage counts.
+
+    For a Kafka log these are Kafka records of its segments, counted by offsets:
+    ``total`` is the sum, over the segments the ``read_all`` reads, of each
+    partition's end offset minus the offset the read starts at, both taken when
+    the ``read_all`` began; ``consumed`` is how many of those the read has passed
+    (frames of a chunked record, stored groups, skipped corrupt records alike),
+    so it reaches ``total`` when every segment was read to its end. Records
+    written after the start are neither in ``total`` nor in ``consumed``.
+    ``total`` is None when the ends could not be learnt; the read goes on.
+
+    The reading thread updates it; another thread may read it (plain ints).
+    """
+
+    total: int | None = None
+    consumed: int = 0
 
 
 class WriteAheadLog(ABC):
@@ -45,6 +66,16 @@ class WriteAheadLog(ABC):
     def close(self) -> None:
         """Flush and release resources; later calls raise ``WalClosedError``."""
 
+    def replay_progress(self) -> ReplayProgress | None:
+        """The progress of this log's latest ``read_all``, updated as it is consumed.
+
+        An optional capability: a log whose storage can tell how many records lie
+        ahead when a ``read_all`` starts returns its :class:`ReplayProgress` (a new
+        one from each ``read_all`` call on); one that cannot returns None (this
+        default), and its readers report progress without a total.
+        """
+        return None
+
     def __enter__(self) -> WriteAheadLog:
         return self
 
@@ -80,3 +111,6 @@ class ForwardingWriteAheadLog(WriteAheadLog):
 
     def close(self) -> None:
         self.wrapped.close()
+
+    def replay_progress(self) -> ReplayProgress | None:
+        return self.wrapped.replay_progress()

@@ -26,7 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from wal.base import WriteAheadLog
+from wal.base import ReplayProgress, WriteAheadLog
 from wal.errors import (
     CorruptRecordError,
     UnknownRecordVersionError,
@@ -203,6 +203,11 @@ class BatchedWriteAheadLog(WriteAheadLog):
                     raise
                 self.corrupt_groups += 1
                 log.warning("batched WAL: skipping a stored record that is not a group: %s", exc)
+
+    def replay_progress(self) -> ReplayProgress | None:
+        """The wrapped log's: it counts stored groups (and their chunks), whatever
+        number of records each group holds."""
+        return self.wrapped.replay_progress()
 
     def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
         if self._closed:

@@ -34,7 +34,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from wal import segments
-from wal.base import WriteAheadLog
+from wal.base import ReplayProgress, WriteAheadLog
 from wal.config import KafkaWalConfig, validate_log_name
 from wal.errors import (
     RecordNotFoundError,
@@ -129,6 +129,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
         self._stop_polling = threading.Event()
         self._admin: AdminClient | None = None
         self._threshold_ms = -1
+        self._replay: ReplayProgress | None = None
         self._reader = WalReader(
             bootstrap_servers, self.config.read_timeout_s,
             {**self.config.client_config, **self.config.consumer_config},
@@ -357,11 +358,28 @@ class KafkaWriteAheadLog(WriteAheadLog):
     def iter_records(self) -> Iterator[tuple[bytes, int, RecordHandle]]:
         """Like :meth:`read_all`, also yielding each record's time and handle."""
         self._check_open()  # eagerly, not at the first next()
-        return self._iter_records()
+        progress = ReplayProgress()
+        self._replay = progress  # replay_progress() follows this read from now on
+        return self._iter_records(progress)
 
-    def _iter_records(self) -> Iterator[tuple[bytes, int, RecordHandle]]:
+    def replay_progress(self) -> ReplayProgress | None:
+        """The latest :meth:`read_all`'s progress in Kafka records (see
+        :class:`~wal.base.ReplayProgress`); its total is known once the read has
+        started (its first record asked for), None before any read."""
+        return self._replay
+
+    def _iter_records(self, progress: ReplayProgress
+                      ) -> Iterator[tuple[bytes, int, RecordHandle]]:
         segs, _ = self._layout(self.config.read_timeout_s)
         thresh = self._threshold_ms
+        segs = [seg for seg in segs if seg.end_ms > thresh]
+        try:
+            extents = self._reader.segment_extents([seg.topic for seg in segs], _PARTITION)
+        except Exception as exc:  # a progress total is never worth failing the read
+            log.warning("WAL %s: could not learn the segments' end offsets: %s", self.name, exc)
+            extents = {}
+        if all(seg.topic in extents for seg in segs):
+            progress.total = sum(end - start for start, end in extents.values())
 
         def on_corrupt(exc: Any) -> None:
             self.corrupt_records += 1
@@ -371,10 +389,17 @@ class KafkaWriteAheadLog(WriteAheadLog):
                 log.warning("WAL %s: skipping a corrupt or foreign record: %s", self.name, exc)
 
         for seg in segs:
-            if seg.end_ms <= thresh:
-                continue
+            start, end = extents.get(seg.topic, (0, 2**63))
+            before = progress.consumed
+
+            def on_position(offset: int, start: int = start, end: int = end,
+                            before: int = before) -> None:
+                # Capped at the end taken at the start: records written since are
+                # not in the total either.
+                progress.consumed = before + max(0, min(offset, end) - start)
+
             for record, ts, first, chunks in self._reader.read_segment(
-                seg.topic, _PARTITION, thresh, on_corrupt, self.config.strict
+                seg.topic, _PARTITION, thresh, on_corrupt, self.config.strict, on_position
             ):
                 yield record, ts, RecordHandle(seg.topic, _PARTITION, first, chunks)
 

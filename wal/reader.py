@@ -278,6 +278,69 @@ class WalReader:
         finally:
             consumer.unassign()
 
+    def segment_extents(self, topics: list[str], partition: int = 0,
+                        timeout_s: float | None = None) -> dict[str, tuple[int, int]]:
+        """``{topic: (start, end)}``: the offset :meth:`read_segment` starts reading
+        each topic at and the partition's end offset now, so ``end - start`` Kafka
+        records lie ahead of it.
+
+        One consumer fetches every topic from offset 0, the way :meth:`read_segment`
+        starts; a partition's end is the high watermark its Fetch response carried
+        (never ListOffsets', wrong on the embedded broker), taken at its first
+        record, whose offset is the start, or at its end-of-partition event (an
+        empty segment). A partition is paused once known, and the consumer buffers
+        little, so the probe moves about one record per topic, not the segments. A
+        head trimmed by retention falls back to the low and high watermarks, as the
+        read falls back to the beginning; a topic deleted meanwhile has nothing
+        ahead. A topic without an answer within ``timeout_s`` (default: the
+        reader's timeout) is left out: its extent is not known.
+        """
+        if not topics:
+            return {}
+        deadline = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
+        found: dict[str, tuple[int, int]] = {}
+        pending = set(topics)
+        consumer = Consumer(with_logger({**self._conf, "queued.max.messages.kbytes": 1,
+                                         "max.partition.fetch.bytes": 1024}))
+        try:
+            consumer.assign([TopicPartition(t, partition, 0) for t in pending])
+            next_check = time.monotonic() + 1.0
+            while pending and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    if time.monotonic() > next_check:
+                        next_check = time.monotonic() + 1.0
+                        for t in list(pending):
+                            if _topic_missing(consumer, t):
+                                found[t] = (0, 0)  # deleted by a clean: nothing ahead
+                                pending.discard(t)
+                    continue
+                topic = str(msg.topic())
+                if topic not in pending:
+                    continue
+                tp = TopicPartition(topic, partition)
+                err = msg.error()
+                if err is None:
+                    start = int(msg.offset() or 0)
+                    _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                    found[topic] = (start, max(int(high), start + 1))
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    end = int(msg.offset() or 0)
+                    found[topic] = (end, end)
+                elif err.code() in _OUT_OF_RANGE_CODES:
+                    low, high = consumer.get_watermark_offsets(
+                        tp, timeout=max(0.1, deadline - time.monotonic()))
+                    found[topic] = (int(low), int(high))
+                elif err.code() in _NOT_FOUND_CODES:
+                    found[topic] = (0, 0)
+                else:
+                    continue  # retriable: the next poll or the deadline decides
+                pending.discard(topic)
+                consumer.pause([tp])
+        finally:
+            consumer.close()
+        return found
+
     def read_segment(
         self,
         topic: str,
@@ -285,6 +348,7 @@ class WalReader:
         min_time_ms: int = -1,
         on_corrupt: CorruptHandler | None = None,
         strict: bool = False,
+        on_position: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[bytes, int, int, int]]:
         """Yield ``(record, time_ms, first_offset, chunks)`` for every whole record of a topic.
 
@@ -296,6 +360,11 @@ class WalReader:
         ``on_corrupt`` as a :class:`~wal.errors.TornRecordError`, even when
         ``strict``, and the record that follows is read whole. A topic deleted
         meanwhile simply ends.
+
+        ``on_position`` is told the offset after every Kafka record the read has
+        passed (a chunk, a record yielded or skipped), before that record's data is
+        yielded, and the end offset at an end-of-partition event: a caller follows
+        the read in offsets, exact whatever records hold.
         """
         report = on_corrupt or default_corrupt_handler
         consumer = Consumer(with_logger(self._conf))
@@ -328,6 +397,8 @@ class WalReader:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        if on_position is not None:
+                            on_position(int(msg.offset() or 0))
                         break
                     if from_zero and err.code() in _OUT_OF_RANGE_CODES:
                         from_zero = False
@@ -340,6 +411,8 @@ class WalReader:
                     raise WalReadError(f"{topic}: {err.str()}")
                 from_zero = False
                 offset = int(msg.offset() or 0)
+                if on_position is not None:
+                    on_position(offset + 1)
                 where = f"{topic}@{offset}"
                 try:
                     frame = decode_frame(msg.value(), where, self._max_record_bytes)

@@ -9,7 +9,12 @@ follow the same reports (``walstream inspect`` on a terminal).
 
 A total is optional: when the work cannot know its size before the end (a WAL
 replay: its groups hold varying numbers of events), a snapshot has the count
-and the rate, and says that the total is not known, never a guessed ETA.
+and the rate, and says that the total is not known, never a guessed ETA. Such
+work may still know its size in another unit: an :class:`Extent` (a WAL
+replay's Kafka records, whose total the log's end offsets give exactly), which
+a reporter reads from a source it :meth:`~ProgressReporter.follow` s at each
+report. The snapshot then shows both, and its ETA comes from the extent's
+fraction done and the time so far.
 """
 
 from __future__ import annotations
@@ -24,13 +29,34 @@ DEFAULT_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True)
+class Extent:
+    """``done`` of ``total`` units of a second measure of the same work, whose total
+    is known from the start though the reporter's own unit's is not."""
+
+    done: int
+    total: int
+    unit: str = "WAL records"
+
+    @property
+    def fraction(self) -> float:
+        """The share done, in [0, 1]; 1 for an empty total."""
+        return min(1.0, max(0, self.done) / self.total) if self.total > 0 else 1.0
+
+    def describe(self) -> str:
+        """``300 of 1,000 WAL records (30%)``."""
+        return f"{self.done:,} of {self.total:,} {self.unit} ({100.0 * self.fraction:.0f}%)"
+
+
+@dataclass(frozen=True)
 class ProgressSnapshot:
-    """``done`` units (of ``unit``) after ``elapsed_s``; ``total`` when known."""
+    """``done`` units (of ``unit``) after ``elapsed_s``; ``total`` when known; ``extent``
+    when the work also counts in a unit with a known total."""
 
     done: int
     elapsed_s: float
     total: int | None = None
     unit: str = "events"
+    extent: Extent | None = None
 
     @property
     def rate(self) -> float:
@@ -39,15 +65,30 @@ class ProgressSnapshot:
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds left at the rate so far; None without a total or a rate."""
-        if self.total is None or self.rate <= 0:
+        """Seconds left at the pace so far: by the rate and the total, or without a
+        total by the extent's fraction done; None when neither can tell yet."""
+        if self.total is not None:
+            return None if self.rate <= 0 else max(0, self.total - self.done) / self.rate
+        if self.extent is None:
             return None
-        return max(0, self.total - self.done) / self.rate
+        fraction = self.extent.fraction
+        if fraction >= 1.0:
+            return 0.0
+        if fraction <= 0 or self.elapsed_s <= 0:
+            return None
+        return self.elapsed_s * (1.0 - fraction) / fraction
 
     def describe(self) -> str:
-        """``1200 of 5000 events (24%) in 3.0 s, 400 events/s, ETA 9.5 s`` or, without a
-        total, ``1200 events in 3.0 s, 400 events/s (total not known before the end)``."""
+        """``1200 of 5000 events (24%) in 3.0 s, 400 events/s, ETA 9.5 s``; without a
+        total but with an extent, ``1200 events, 300 of 1000 WAL records (30%) in
+        3.0 s, 400 events/s, ETA 7.0 s``; with neither, ``1200 events in 3.0 s, 400
+        events/s (total not known before the end)``."""
         rate = f"{format_rate(self.rate)} {self.unit}/s"
+        if self.total is None and self.extent is not None:
+            eta = self.eta_s
+            return (f"{self.done:,} {self.unit}, {self.extent.describe()} in "
+                    f"{self.elapsed_s:.1f} s, {rate}, ETA "
+                    + ("unknown" if eta is None else f"{eta:.1f} s"))
         if self.total is None:
             return (f"{self.done:,} {self.unit} in {self.elapsed_s:.1f} s, {rate} "
                     "(total not known before the end)")
@@ -94,6 +135,12 @@ class ProgressReporter:
         self._started: float | None = None
         self._last_report = 0.0
         self.finished: ProgressSnapshot | None = None
+        self.extent: Callable[[], Extent | None] | None = None
+
+    def follow(self, extent: Callable[[], Extent | None] | None) -> None:
+        """Read the work's :class:`Extent` from ``extent`` at every snapshot (it may
+        answer None while, or when, it does not know)."""
+        self.extent = extent
 
     def start(self) -> None:
         """Start the clock (implied by the first :meth:`advance`)."""
@@ -104,7 +151,8 @@ class ProgressReporter:
         self.start()
         assert self._started is not None
         return ProgressSnapshot(self.done, max(0.0, self.clock() - self._started),
-                                self.total, self.unit)
+                                self.total, self.unit,
+                                self.extent() if self.extent is not None else None)
 
     def advance(self, n: int = 1) -> None:
         """``n`` more units done; reports when ``interval_s`` passed since the last report."""
