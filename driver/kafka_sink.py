@@ -16,8 +16,11 @@ shows aborted records, so the protocol is one any broker supports:
    and waits for its acknowledgement. A task killed before that leaves an
    attempt with no marker, which readers ignore.
 3. :func:`read_exactly_once` yields, for each ``(batch, part)``, the records of
-   the first attempt whose marker it reads and skips every other attempt, so
-   re-runs replace rather than add. Records are keyed
+   the first attempt whose marker it reads with every sequence number below the
+   marker's count, and skips every other attempt, so re-runs replace rather than
+   add. A record stored twice (a producer retry the broker did not deduplicate)
+   has its attempt's sequence number again and is read once, so it neither
+   doubles the output nor makes its attempt look torn. Records are keyed
    ``<batch>-<part>-<seq>`` unless a key function is given, so a compacted
    topic converges to one copy for plain consumers too.
 
@@ -37,6 +40,7 @@ import uuid
 import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -155,6 +159,18 @@ class KafkaSink:
         return count
 
 
+@dataclass(frozen=True)
+class SkippedAttempt:
+    """An attempt :func:`read_exactly_once` read a commit marker of and did not use."""
+
+    batch_ms: int
+    part: int
+    attempt: str
+    records: int  # distinct sequence numbers kept (none for a re-run: not buffered)
+    count: int  # records the marker says the attempt wrote
+    rerun: bool  # the partition was already read from an earlier attempt
+
+
 def _headers(raw: Any) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for k, v in raw or []:
@@ -165,11 +181,14 @@ def _headers(raw: Any) -> dict[str, bytes]:
 def read_exactly_once(bootstrap_servers: str, topic: str, timeout_s: float = 30.0,
                       max_pending_attempts: int = 100_000,
                       kafka_conf: Mapping[str, str] | None = None,
+                      on_skipped: Callable[[SkippedAttempt], None] | None = None,
                       ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """Step 3: ``(batch_ms, key, value)`` of every committed attempt, once per
     ``(batch, part)``, reading the topic from the start to its current end.
     ``kafka_conf``: librdkafka settings (SASL, TLS, ...); default: the running
-    SparkContext's ``spark.walstream.kafka.*``."""
+    SparkContext's ``spark.walstream.kafka.*``. ``on_skipped`` is told of each
+    attempt whose marker was read and that was not used: a re-run of a partition
+    already read, or an attempt lacking records its marker counts."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     settings = dict(kafka_conf) if kafka_conf is not None else app_kafka_settings()
@@ -184,7 +203,9 @@ def read_exactly_once(bootstrap_servers: str, topic: str, timeout_s: float = 30.
             return
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         at_end: set[int] = set()
-        pending: dict[tuple[bytes, bytes, bytes], list[tuple[bytes | None, bytes | None]]] = {}
+        # Per attempt, its records by sequence number: a duplicate overwrites itself.
+        pending: dict[tuple[bytes, bytes, bytes], dict[int, tuple[bytes | None,
+                                                                  bytes | None]]] = {}
         done: set[tuple[bytes, bytes]] = set()
         while len(at_end) < len(parts):
             msg = consumer.poll(timeout_s)
@@ -203,16 +224,26 @@ def read_exactly_once(bootstrap_servers: str, topic: str, timeout_s: float = 30.
             batch, part, attempt = h[H_BATCH], h[H_PART], h[H_ATTEMPT]
             ident = (batch, part, attempt)
             if H_COMMIT in h:
-                records = pending.pop(ident, [])
-                if (batch, part) in done or len(records) != int(h[H_COMMIT]):
-                    continue  # a re-run of a committed partition, or an incomplete attempt
+                records = pending.pop(ident, {})
+                count = int(h[H_COMMIT])
+                if (batch, part) in done or len(records) != count or (
+                        count and max(records) != count - 1):
+                    # A re-run of a committed partition, or an incomplete attempt.
+                    if on_skipped is not None:
+                        on_skipped(SkippedAttempt(int(batch), int(part), attempt.decode(),
+                                                  len(records), count,
+                                                  (batch, part) in done))
+                    continue
                 done.add((batch, part))
-                for key, value in records:
+                for seq in range(count):
+                    key, value = records[seq]
                     yield int(batch), key, value
             elif (batch, part) not in done:
                 if ident not in pending and len(pending) >= max_pending_attempts:
                     raise RuntimeError(f"read_exactly_once: over {max_pending_attempts} "
                                        "uncommitted attempts buffered")
-                pending.setdefault(ident, []).append((msg.key(), msg.value()))
+                raw_seq = h.get(H_SEQ, b"")
+                if raw_seq.isdigit():  # else not KafkaSink's: it has no place in an attempt
+                    pending.setdefault(ident, {})[int(raw_seq)] = (msg.key(), msg.value())
     finally:
         consumer.close()

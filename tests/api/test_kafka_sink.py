@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from driver import KafkaSink, read_exactly_once
-from driver.kafka_sink import H_ATTEMPT, H_BATCH, H_PART, H_SEQ
+from driver.kafka_sink import H_ATTEMPT, H_BATCH, H_COMMIT, H_PART, H_SEQ, SkippedAttempt
 
 T1 = datetime.datetime(2026, 11, 22, 5, 0, 1)
 T2 = datetime.datetime(2026, 11, 22, 5, 0, 2)
@@ -40,6 +40,33 @@ def test_rerun_and_torn_attempt_are_read_once(sc: Any, bootstrap: str,
     assert per_batch == {_ms(T1): 100, _ms(T2): 2}
     values = Counter(v for _, _, v in got)
     assert values == Counter([f"w{i}".encode() for i in range(100)] + [b"x", b"y"])
+
+
+def test_a_record_stored_twice_is_read_once_and_its_attempt_counts(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """A producer retry the broker stored twice repeats a sequence number of its
+    attempt: read once, and the attempt is still complete (its marker's count of
+    distinct records), so its batch is neither doubled nor lost."""
+    topic = topic_factory("sink-dup")
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+
+    def send(attempt: bytes, seqs: list[int], commit: int | None) -> None:
+        base = [(H_BATCH, str(_ms(T1)).encode()), (H_PART, b"0"), (H_ATTEMPT, attempt)]
+        for seq in seqs:
+            p.produce(topic, f"w{seq}".encode(), partition=0,
+                      headers=[*base, (H_SEQ, str(seq).encode())])
+        if commit is not None:
+            p.produce(topic, b"", partition=0, headers=[*base, (H_COMMIT, str(commit).encode())])
+
+    send(b"short", [0, 1, 1], 3)  # three records read, but seq 2 never arrived
+    send(b"dup", [0, 1, 1, 2], 3)  # seq 1 stored twice
+    send(b"rerun", [0, 1, 2], 3)  # a re-run of the partition already read
+    assert p.flush(30) == 0
+    skipped: list[SkippedAttempt] = []
+    got = [v for _, _, v in read_exactly_once(bootstrap, topic, on_skipped=skipped.append)]
+    assert got == [b"w0", b"w1", b"w2"]
+    assert [(s.attempt, s.records, s.count, s.rerun) for s in skipped] == [
+        ("short", 2, 3, False), ("rerun", 0, 3, True)]
 
 
 def test_keys_and_values_by_function(sc: Any, bootstrap: str,
