@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
     from receiver.receiver import Receiver
 
+log = logging.getLogger(__name__)
 
 class ReceiverInputDStream(DStream):
     """Data stored by a receiver: a batch is the RDD of the blocks allocated to it."""
@@ -26,6 +28,12 @@ class ReceiverInputDStream(DStream):
         engine = self._ssc._engine
         assert engine is not None
         blocks = engine.tracker.get_blocks_of_batch_and_stream(t, self.stream_id)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("batch %d, stream %d: %d blocks: %s", t, self.stream_id, len(blocks),
+                      " ".join(f"{b.block_id}@{b.handle.topic}:{b.handle.partition}:"
+                               f"{b.handle.offset}/{b.num_records}["
+                               + ",".join(f"{r.partition}:{r.from_offset}-{r.until_offset}"
+                                          for r in b.source) + "]" for b in blocks))
         return block_rdd(self._ssc.sparkContext, blocks, engine.config.bootstrap_servers,
                          kafka_settings=kafka_settings_of(engine.config.wal_options))
 
