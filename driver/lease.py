@@ -1,0 +1,577 @@
+"""The driver's lease: who leads, decided by the order of one Kafka partition.
+
+The lease is a single-partition topic. Every record is one of
+
+- ``CLAIM(e, holder)``: ``holder`` asks for epoch ``e``;
+- ``RENEW(e, holder)``: the holder of epoch ``e`` is alive;
+- ``RELEASE(e, holder)``: the holder of epoch ``e`` gives the lease up.
+
+Who holds the lease is a pure function of the log (:func:`fold`), the same for
+every reader:
+
+- a ``CLAIM`` for epoch ``current + 1`` wins, whatever the state of the current
+  epoch; every other claim (an older epoch, the same one again, one skipping an
+  epoch) is ignored. So of two contenders that start at once and both claim
+  ``current + 1``, the one whose record the partition orders first leads, and
+  the other reads that and stands by. Epochs therefore increase by exactly one
+  per takeover.
+- a ``RENEW`` or ``RELEASE`` counts only when it names the current epoch and its
+  winning holder and the epoch was not released.
+
+The log is the authority; time only decides *when* somebody claims:
+
+- A contender claims when the log holds no lease (empty, or released), or when it
+  has watched the current epoch for ``timeout`` on its own monotonic clock
+  without a valid record of it. It then reads the log through its own claim and
+  leads only if its claim is the winning one.
+- The holder renews every ``renew_period`` and reads the log through each
+  renewal before counting it. It considers itself the holder until its last
+  confirmed renewal's *send* time plus ``timeout``. A standby starts its
+  ``timeout`` only when it *reads* that renewal, which is later, so with clocks
+  that run at the same rate the holder stops leading before a standby claims.
+  A holder paused past that (SIGSTOP, a long collection) is caught by the log:
+  on waking, its next renewal's read finds the newer claim and it is fenced
+  (:class:`~driver.ha_errors.LeaseFencedError`). What it wrote while not knowing
+  is for the epoch checks of the WAL and the checkpoint to refuse.
+- A holder that cannot confirm a renewal within ``timeout`` (broker unreachable)
+  gives the lease up for good (:class:`~driver.ha_errors.LeaseLostError`);
+  leading again is a new claim with a new epoch.
+
+Every record also carries its writer's folded state and the offset it was
+folded through. Since the fold is deterministic, a reader that starts late
+takes the snapshot of the newest decodable record and folds from the offset
+after it, instead of reading the whole log; the snapshot is correct even when
+the record's writer was a fenced holder or a losing contender, because its
+writer's fold was.
+
+Every produce, read and thread join is bounded (``io_timeout`` or less).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from driver.ha_errors import (
+    LeaseConfigError,
+    LeaseError,
+    LeaseFencedError,
+    LeaseIOError,
+    LeaseLostError,
+)
+from walstream.avro_codec import VersionedCodec
+from walstream.errors import CorruptDataError
+from walstream.kafka_logging import with_logger
+
+CLAIM, RENEW, RELEASE = "CLAIM", "RENEW", "RELEASE"
+
+LEASE_RECORD_SCHEMA_V1: dict[str, Any] = {
+    "type": "record",
+    "name": "LeaseRecord",
+    "namespace": "walstream.driver",
+    "fields": [
+        {"name": "kind", "type": {"type": "enum", "name": "LeaseRecordKind",
+                                  "symbols": [CLAIM, RENEW, RELEASE]}},
+        {"name": "epoch", "type": "long"},
+        {"name": "holder", "type": "string"},
+        {"name": "time_ms", "type": "long"},  # the writer's wall clock; shown, never trusted
+        # The writer's folded state and the last offset it folded (-1: none).
+        {"name": "seen_epoch", "type": "long"},
+        {"name": "seen_holder", "type": "string"},
+        {"name": "seen_claim_offset", "type": "long"},
+        {"name": "seen_released", "type": "boolean"},
+        {"name": "seen_through", "type": "long"},
+    ],
+}
+LEASE_CODEC = VersionedCodec("lease record", b"WSLS", {1: LEASE_RECORD_SCHEMA_V1},
+                             max_bytes=64 * 1024)
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Records read back from the end of the log to find a decodable snapshot.
+_TAIL_WINDOW = 16
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    """Where the lease lives and how it is timed.
+
+    ``renew_period_s`` (default 200 ms) is how often the holder renews;
+    ``timeout_s`` (default 1 s) how long a standby watches without a renewal
+    before it claims, and how long after its last confirmed renewal the holder
+    stops counting itself the holder. At least two renewals must fit in one
+    timeout. ``io_timeout_s`` bounds each produce, read and topic creation.
+    ``fetch_wait_ms`` is the lease reader's Fetch wait: the latency of noticing
+    the end of the log. ``kafka_settings`` are librdkafka settings for every
+    client (security, ...), applied before the lease's own.
+    """
+
+    bootstrap_servers: str
+    topic: str
+    renew_period_s: float = 0.2
+    timeout_s: float = 1.0
+    io_timeout_s: float = 5.0
+    fetch_wait_ms: int = 50
+    kafka_settings: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise LeaseConfigError("lease: bootstrap_servers must be a non-empty string")
+        if not isinstance(self.topic, str) or not _TOPIC_RE.match(self.topic):
+            raise LeaseConfigError(f"lease: topic {self.topic!r} is not a Kafka topic name "
+                                   "(1-249 of letters, digits, '.', '_', '-')")
+        for name in ("renew_period_s", "timeout_s", "io_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 < value < float("inf")):
+                raise LeaseConfigError(f"lease: {name} must be a positive finite number, "
+                                       f"got {value!r}")
+        if self.renew_period_s * 2 > self.timeout_s:
+            raise LeaseConfigError(
+                f"lease: timeout_s ({self.timeout_s}) must hold at least two renewals "
+                f"(renew_period_s {self.renew_period_s})")
+        if (isinstance(self.fetch_wait_ms, bool) or not isinstance(self.fetch_wait_ms, int)
+                or not 1 <= self.fetch_wait_ms <= 5000):
+            raise LeaseConfigError(f"lease: fetch_wait_ms must be an int in 1..5000, "
+                                   f"got {self.fetch_wait_ms!r}")
+        if not isinstance(self.kafka_settings, tuple) or not all(
+                isinstance(kv, tuple) and len(kv) == 2 and all(isinstance(x, str) for x in kv)
+                for kv in self.kafka_settings):
+            raise LeaseConfigError("lease: kafka_settings must be a tuple of (key, value) "
+                                   "string pairs")
+
+    @classmethod
+    def create(cls, bootstrap_servers: str, topic: str,
+               kafka_settings: Mapping[str, str] | None = None, **timing: Any) -> LeaseConfig:
+        """A config from a settings mapping (sorted into the hashable tuple form)."""
+        pairs = tuple(sorted((str(k), str(v)) for k, v in (kafka_settings or {}).items()))
+        return cls(bootstrap_servers, topic, kafka_settings=pairs, **timing)
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """The lease as the log has it up to some offset."""
+
+    epoch: int = 0
+    holder: str = ""
+    claim_offset: int = -1
+    released: bool = True  # epoch 0 (an empty log) is a free lease
+
+    @property
+    def free(self) -> bool:
+        return self.released
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """What a reader knows: the folded state and whether its holder looks dead."""
+
+    state: LeaseState
+    expired: bool
+
+
+def fold(state: LeaseState, offset: int, record: Mapping[str, Any]) -> tuple[LeaseState, bool]:
+    """The state after the record at ``offset``, and whether the record was a valid
+    sign of life (or release) of the epoch it leaves current."""
+    kind, epoch, holder = record["kind"], record["epoch"], record["holder"]
+    if kind == CLAIM:
+        if epoch == state.epoch + 1:
+            return LeaseState(epoch, holder, offset, released=False), True
+        return state, False
+    if epoch != state.epoch or holder != state.holder or state.released:
+        return state, False
+    if kind == RELEASE:
+        return replace(state, released=True), True
+    return state, True
+
+
+def ensure_lease_topic(config: LeaseConfig) -> None:
+    """Create the single-partition lease topic unless it exists (bounded)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(with_logger({**dict(config.kafka_settings),
+                                     "bootstrap.servers": config.bootstrap_servers}))
+    try:
+        futures = admin.create_topics([NewTopic(config.topic, 1, -1)],
+                                      request_timeout=config.io_timeout_s)
+        futures[config.topic].result(timeout=config.io_timeout_s)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise LeaseIOError(f"lease topic {config.topic}: not created: {exc}") from exc
+    except Exception as exc:  # a timeout of the future
+        raise LeaseIOError(f"lease topic {config.topic}: not created: {exc}") from exc
+
+
+def default_holder_id() -> str:
+    """A holder id unique to this object in this process on this host."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """One participant of the lease: a contender, then the holder or a standby.
+
+    ``try_acquire`` claims the next epoch when the lease is free or expired and
+    says whether this participant won; a winner renews in a background thread
+    until ``release``, a fence or a loss. ``watch`` is the standby's wait for
+    expiry. ``on_lost`` (optional) is called once, from the renewer thread, with
+    the :class:`LeaseLostError` (or :class:`LeaseFencedError`) that ended a hold.
+    """
+
+    def __init__(self, config: LeaseConfig, holder_id: str | None = None,
+                 on_lost: Callable[[LeaseError], None] | None = None) -> None:
+        self.config = config
+        self.holder_id = holder_id or default_holder_id()
+        self._on_lost = on_lost
+        base = dict(config.kafka_settings)
+        self._producer = Producer(with_logger({
+            **base, "bootstrap.servers": config.bootstrap_servers,
+            "acks": "all", "enable.idempotence": True, "linger.ms": 0,
+            "message.timeout.ms": int(config.io_timeout_s * 1000)}))
+        self._consumer = Consumer(with_logger({
+            **base, "bootstrap.servers": config.bootstrap_servers,
+            "group.id": f"walstream-lease-reader-{self.holder_id}",  # never joined
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "enable.partition.eof": True, "auto.offset.reset": "error",
+            "fetch.wait.max.ms": config.fetch_wait_ms}))
+        # The producer's first send waits for the partition's metadata; fetching it
+        # here keeps that wait out of the first claim's timing (bounded, best effort).
+        with contextlib.suppress(KafkaException):
+            self._producer.list_topics(timeout=config.io_timeout_s)
+        self._io = threading.RLock()  # one reader/writer of the clients at a time
+        self._state = LeaseState()
+        self._next = -1  # next offset to fold; -1 until the first read positions it
+        self._last_live = time.monotonic()  # last valid record of the current epoch read
+        self._epoch: int | None = None  # the epoch this participant holds
+        self._valid_until = 0.0
+        self._ended: LeaseError | None = None  # why the hold ended (fenced, lost)
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._closed = False
+
+    # -- reading the log -------------------------------------------------------------
+
+    def _deadline(self, seconds: float | None = None) -> float:
+        return time.monotonic() + (self.config.io_timeout_s if seconds is None else seconds)
+
+    def _poll_until(self, done: Callable[[int | None], bool], deadline: float, what: str,
+                    on_record: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+        """Read records until ``done(eof_offset)``, folding each (or handing it to
+        ``on_record``); ``eof_offset`` is the end offset when the poll reported the
+        end of the partition, else None. Raises :class:`LeaseIOError` at ``deadline``."""
+        topic = self.config.topic
+        while not done(None):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LeaseIOError(f"lease topic {topic}: {what} not done within bound")
+            msg = self._consumer.poll(min(left, 0.05))
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if done(msg.offset()):
+                        return
+                    continue
+                if err.fatal() or err.code() in (KafkaError.OFFSET_OUT_OF_RANGE,
+                                                 KafkaError._AUTO_OFFSET_RESET):
+                    raise LeaseIOError(f"lease topic {topic}: {err}")
+                continue  # transient: librdkafka retries
+            offset = msg.offset()
+            if offset is None or offset < self._next:
+                continue  # already read (a re-positioned fetch)
+            self._next = offset + 1
+            try:
+                _v, record = LEASE_CODEC.decode(msg.value() or b"")
+            except CorruptDataError:
+                continue  # a foreign or corrupt record changes nothing
+            if on_record is not None:
+                on_record(offset, record)
+                continue
+            self._state, live = fold(self._state, offset, record)
+            if live:
+                self._last_live = time.monotonic()
+
+    def _assign(self, offset: int) -> None:
+        self._consumer.assign([TopicPartition(self.config.topic, 0, offset)])
+        self._next = offset
+
+    def _end_offsets(self, deadline: float) -> tuple[int, int]:
+        tp = TopicPartition(self.config.topic, 0)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                tp, timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            raise LeaseIOError(f"lease topic {self.config.topic}: no offsets: {exc}") from exc
+        return int(low), int(high)
+
+    def _at_end(self, eof: int | None, listed_end: int) -> bool:
+        """At the end of the log: past the end ListOffsets gave at the start of the
+        read, and at the end a Fetch reported (its end-of-partition event, or the
+        newest Fetch response's high watermark). ListOffsets alone may lag the true
+        end on some brokers; an end-of-partition event may be stale, from an earlier
+        arrival at an earlier end."""
+        if self._next < listed_end:
+            return False
+        if eof is not None and eof >= self._next:
+            return True
+        try:
+            _low, fetched = self._consumer.get_watermark_offsets(
+                TopicPartition(self.config.topic, 0), cached=True)
+        except KafkaException:
+            return False
+        return fetched is not None and 0 <= fetched <= self._next
+
+    def _position(self, deadline: float) -> None:
+        """Position the reader at the first read: after the newest decodable record's
+        snapshot, or at the log's start when no record near the end decodes."""
+        low, high = self._end_offsets(deadline)
+        self._state, self._last_live = LeaseState(), time.monotonic()
+        if high <= max(low, 0):
+            self._assign(max(low, 0))
+            return
+        newest: list[dict[str, Any]] = []
+        self._assign(max(low, high - _TAIL_WINDOW))
+        self._poll_until(lambda eof: self._at_end(eof, high), deadline, "read the tail",
+                         on_record=lambda _o, rec: newest.append(rec))
+        if not newest:
+            self._assign(max(low, 0))
+            return
+        rec = newest[-1]
+        self._state = LeaseState(rec["seen_epoch"], rec["seen_holder"],
+                                 rec["seen_claim_offset"], rec["seen_released"])
+        self._assign(rec["seen_through"] + 1)
+        self._last_live = time.monotonic()
+
+    def _read_to_end(self, deadline: float) -> None:
+        if self._next < 0:
+            self._position(deadline)
+        _low, high = self._end_offsets(deadline)
+        self._poll_until(lambda eof: self._at_end(eof, high), deadline, "read to the end")
+
+    def _read_through(self, offset: int, deadline: float) -> None:
+        self._poll_until(lambda _eof: self._next > offset, deadline,
+                         f"read through offset {offset}")
+
+    # -- writing the log -------------------------------------------------------------
+
+    def _write(self, kind: str, epoch: int, deadline: float) -> int:
+        """Append one record; return its offset once the broker acknowledged it."""
+        s = self._state
+        value = LEASE_CODEC.encode({
+            "kind": kind, "epoch": epoch, "holder": self.holder_id,
+            "time_ms": int(time.time() * 1000), "seen_epoch": s.epoch,
+            "seen_holder": s.holder, "seen_claim_offset": s.claim_offset,
+            "seen_released": s.released, "seen_through": self._next - 1})
+        result: list[Any] = []
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            result.append(err if err is not None else msg.offset())
+
+        try:
+            self._producer.produce(self.config.topic, value=value, partition=0,
+                                   on_delivery=on_delivery)
+        except (KafkaException, BufferError) as exc:
+            raise LeaseIOError(f"lease topic {self.config.topic}: {kind} not sent: {exc}") from exc
+        while not result and time.monotonic() < deadline:
+            self._producer.poll(min(0.05, max(0.0, deadline - time.monotonic())))
+        if not result:
+            raise LeaseIOError(f"lease topic {self.config.topic}: {kind} not acknowledged "
+                               "within bound")
+        if not isinstance(result[0], int):
+            raise LeaseIOError(f"lease topic {self.config.topic}: {kind} failed: {result[0]}")
+        return result[0]
+
+    # -- the contender and the holder ------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        """True while this participant holds its epoch: not fenced, lost or released,
+        and its last confirmed renewal's send time plus the timeout is ahead."""
+        return (self._epoch is not None and self._ended is None
+                and time.monotonic() < self._valid_until)
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this participant holds (or last held until released or lost)."""
+        return self._epoch
+
+    def check(self) -> None:
+        """Raise why this participant does not hold the lease; return when it does."""
+        if self._ended is not None:
+            raise self._ended
+        if not self.held:
+            raise LeaseLostError(f"lease holder {self.holder_id!r} does not hold the lease "
+                                 f"(epoch {self._epoch})")
+
+    def view(self) -> LeaseView:
+        """The log's lease now (reads to the end of the log, bounded)."""
+        with self._io:
+            self._read_to_end(self._deadline())
+            return self._view()
+
+    def _view(self) -> LeaseView:
+        s = self._state
+        expired = s.free or time.monotonic() - self._last_live >= self.config.timeout_s
+        if s.holder == self.holder_id and s.epoch == self._epoch and self.held:
+            expired = False
+        return LeaseView(s, expired)
+
+    def try_acquire(self) -> bool:
+        """Claim the next epoch if the lease is free or expired; True when this
+        participant holds the lease on return.
+
+        Reads the log to its end, claims ``epoch + 1`` and reads through the claim:
+        the first claim of that epoch in the log wins, so at most one contender of
+        a round returns True. Bounded by ``io_timeout`` per step."""
+        if self._closed:
+            raise LeaseError("lease: closed")
+        if self.held:
+            return True
+        if self._ended is not None or self._epoch is not None:
+            return False  # a hold that ended never resumes on this object
+        with self._io:
+            self._read_to_end(self._deadline())
+            view = self._view()
+            if not view.expired:
+                return False
+            epoch = view.state.epoch + 1
+            sent = time.monotonic()
+            offset = self._write(CLAIM, epoch, self._deadline())
+            self._read_through(offset, self._deadline())
+            s = self._state
+            if not (s.epoch == epoch and s.claim_offset == offset):
+                return False
+            self._epoch = epoch
+            self._valid_until = sent + self.config.timeout_s
+        self._stop.clear()
+        self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
+                                         name=f"lease-renewer-{epoch}")
+        self._renewer.start()
+        return True
+
+    def acquire(self, max_wait_s: float) -> bool:
+        """Try to acquire until it succeeds or ``max_wait_s`` passes."""
+        deadline = time.monotonic() + max_wait_s
+        while True:
+            if self.try_acquire():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.watch(left)
+
+    def _renew_once(self) -> None:
+        assert self._epoch is not None
+        with self._io:
+            sent = time.monotonic()
+            deadline = min(self._deadline(), self._valid_until)
+            offset = self._write(RENEW, self._epoch, deadline)
+            self._read_through(offset, deadline)
+            self._check_log()
+            self._valid_until = sent + self.config.timeout_s
+
+    def _check_log(self) -> None:
+        """Raise when the log, as read so far, no longer gives this holder its epoch."""
+        assert self._epoch is not None
+        s = self._state
+        if s.epoch != self._epoch or s.holder != self.holder_id:
+            raise LeaseFencedError(self.holder_id, self._epoch, s.epoch, s.holder)
+        if s.released:
+            raise LeaseLostError(f"lease epoch {self._epoch}: released")
+
+    def _renew_loop(self) -> None:
+        period = self.config.renew_period_s
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self._renew_once()
+            except LeaseFencedError as exc:
+                self._end(exc)
+                return
+            except LeaseError:
+                pass  # retried until the hold runs out below
+            if time.monotonic() >= self._valid_until:
+                self._end(self._why_lost())
+                return
+            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
+
+    def _why_lost(self) -> LeaseError:
+        """Why a hold ran out: fenced when the log (read to its end, bounded) holds a
+        newer epoch, else lost for want of a confirmed renewal."""
+        lost = LeaseLostError(f"lease holder {self.holder_id!r}: no renewal of epoch "
+                              f"{self._epoch} confirmed within {self.config.timeout_s} s")
+        try:
+            with self._io:
+                self._read_to_end(self._deadline())
+                self._check_log()
+        except LeaseFencedError as fenced:
+            return fenced
+        except LeaseError:
+            pass
+        return lost
+
+    def _end(self, why: LeaseError) -> None:
+        if self._ended is not None:
+            return
+        self._ended = why
+        if self._on_lost is not None:
+            self._on_lost(why)
+
+    def release(self) -> None:
+        """Stop renewing and, while still held, log the release so that a standby can
+        claim at once. Idempotent; bounded."""
+        self._stop.set()
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(self.config.io_timeout_s + self.config.timeout_s)
+        if self._epoch is not None and self.held:
+            with self._io, contextlib.suppress(LeaseError):
+                self._write(RELEASE, self._epoch, self._deadline())
+        if self._ended is None and self._epoch is not None:
+            self._ended = LeaseLostError(f"lease epoch {self._epoch}: released")
+
+    def close(self) -> None:
+        """Release, then close the Kafka clients."""
+        if self._closed:
+            return
+        self.release()
+        self._closed = True
+        with self._io:
+            self._producer.flush(self.config.io_timeout_s)
+            self._consumer.close()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the standby -----------------------------------------------------------------
+
+    def watch(self, max_wait_s: float) -> LeaseView:
+        """Tail the log until the lease is free or expired, or ``max_wait_s`` passes;
+        return the view then (``expired`` tells which)."""
+        deadline = time.monotonic() + max_wait_s
+        with self._io:
+            self._read_to_end(self._deadline())
+            while True:
+                view = self._view()
+                if view.expired or time.monotonic() >= deadline:
+                    return view
+                wake = min(deadline, self._last_live + self.config.timeout_s)
+
+                def woken(_eof: int | None, wake: float = wake) -> bool:
+                    return self._state.free or time.monotonic() >= wake
+
+                with contextlib.suppress(LeaseIOError):
+                    self._poll_until(woken, wake + 0.001, "watch")
