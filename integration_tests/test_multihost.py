@@ -573,6 +573,14 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
                                    + run.details())
         fig["input complete -> totals exact"] = time.time() - fed_at
         output = run.output()
+        # The totals are written by the batch's last output operation, after its sink
+        # job: a batch whose sink job failed still writes exact totals, and then the
+        # app stops (awaitTermination raises the batch's error, as Spark's does) with
+        # that batch pending for a restart. Its sink output is then missing, for a
+        # reason this names, not a lost block.
+        exited = run.app_exited()
+        assert exited is None, (f"the app stopped after its totals were exact ({exited}): a "
+                                f"batch failed\n{run.details()}")
         short: list[str] = []
         for kind, tag in TAG_OF.items():
             want, got = fed[kind]["expected"], Counter(output["counts"][tag])
@@ -581,10 +589,12 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
                 f"{fed[kind]['good']}/{fed[kind]['bad']}, {sum(want.values())}/"
                 f"{sum(got.values())}, {lost}/{doubled}")
             if kind == "receiver" and lost and not doubled:
-                # A known open bug: the receiver stream's KafkaSink output sometimes
-                # lacks one block's words after the driver restart while the running
-                # totals above are exact. It is reported as an expected failure, with
-                # its figures, until it is fixed; any other mismatch fails.
+                # An open report: the receiver stream's KafkaSink output lacked about
+                # one batch's words after the driver restart while the running totals
+                # were exact (a batch whose sink job failed, which stops the app, is
+                # now told apart above). Reported as an expected failure, with the
+                # batches both drivers ran, the torn attempts and the drivers' error
+                # lines, until it is explained; any other mismatch fails.
                 short.append(f"{kind} stream: {lost} words lost, sink batches "
                              f"{output['batches']}, torn attempts {output['torn attempts']}\n"
                              f"{run.batches_run_twice()}\n{run.details()}")
