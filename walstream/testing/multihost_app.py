@@ -63,7 +63,6 @@ def run_app(args: argparse.Namespace) -> None:
 
     def setup() -> StreamingContext:
         sc = SparkContext.getOrCreate(SparkConf().setAppName("walstream-multihost-wordcount"))
-        sc.setLogLevel("ERROR")
         ssc = StreamingContext(sc, batch)
         ssc.checkpoint(args.checkpoint)
         received = KafkaUtils.createStream(ssc, bootstrap, "multihost", {args.receiver_topic: 1},
@@ -92,6 +91,8 @@ def run_app(args: argparse.Namespace) -> None:
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
+    # Here, not in setup: a restart restores the context without calling it.
+    ssc.sparkContext.setLogLevel("ERROR")
     ssc.addStreamingListener(chaos_app.progress_recorder(out))
     ssc.start()
     ssc.awaitTermination()
