@@ -7,10 +7,19 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from driver import KafkaSink, read_exactly_once
-from driver.kafka_sink import H_ATTEMPT, H_BATCH, H_COMMIT, H_PART, H_SEQ, SkippedAttempt
+from driver.kafka_sink import (
+    H_ATTEMPT,
+    H_BATCH,
+    H_COMMIT,
+    H_EPOCH,
+    H_PART,
+    H_SEQ,
+    SkippedAttempt,
+    set_sink_epoch,
+)
 
 T1 = datetime.datetime(2026, 11, 22, 5, 0, 1)
 T2 = datetime.datetime(2026, 11, 22, 5, 0, 2)
@@ -91,4 +100,47 @@ def test_foreach_rdd_output_of_a_stream(make_ssc: Callable[..., Any], bootstrap:
     wait_until(lambda: len(list(read_exactly_once(bootstrap, topic))) == 30,
                TIMEOUT, "30 records", ssc=ssc)
     ssc.stop(False)
-    assert sorted(int(v) for _, _, v in read_exactly_once(bootstrap, topic)) == list(range(30))
+    got = sorted(int(v or b"") for _, _, v in read_exactly_once(bootstrap, topic))
+    assert got == list(range(30))
+
+
+def test_a_sink_writes_the_epoch_set_on_the_driver(sc: Any, bootstrap: str,
+                                                  topic_factory: Callable[..., str]) -> None:
+    """The epoch is the driver's: read in ``__call__`` and carried into the tasks, on
+    every record and marker; the sink object (pickled into checkpoints) keeps none."""
+    import pickle
+
+    topic = topic_factory("sink-epoch", partitions=2)
+    sink = KafkaSink(bootstrap, topic, partitions=2)
+    set_sink_epoch(6)
+    try:
+        sink(T1, sc.parallelize([f"w{i}" for i in range(10)], 3))
+    finally:
+        set_sink_epoch(0)
+    assert not [k for k in vars(pickle.loads(pickle.dumps(sink))) if "epoch" in k]
+    sink(T2, sc.parallelize(["x"], 1))
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{topic}",
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    seen: Counter[tuple[bytes, bytes | None, bool]] = Counter()
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+        at_end: set[int] = set()
+        while len(at_end) < 2:
+            msg = c.poll(30)
+            assert msg is not None
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                at_end.add(int(msg.partition() or 0))
+                continue
+            at_end.discard(int(msg.partition() or 0))
+            raw: Any = msg.headers() or []
+            h = {k: bytes(v or b"") for k, v in raw}
+            seen[(h[H_BATCH], h.get(H_EPOCH), H_COMMIT in h)] += 1
+    finally:
+        c.close()
+    b1, b2 = str(_ms(T1)).encode(), str(_ms(T2)).encode()
+    assert seen == {(b1, b"6", False): 10, (b1, b"6", True): 3,
+                    (b2, b"0", False): 1, (b2, b"0", True): 1}
+    assert sorted(v or b"" for _, _, v in read_exactly_once(bootstrap, topic)) == sorted(
+        [f"w{i}".encode() for i in range(10)] + [b"x"])
