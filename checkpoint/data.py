@@ -8,6 +8,11 @@ PySpark's cloudpickle (``driver.graph_pickle``), opaque to the data part: it
 is what ``getOrCreate`` restores without calling ``setupFunc``. It is empty
 (None) when the graph could not be pickled (a warning says why); schema
 version 1 files (before the graph part) read as None too.
+
+``epoch`` is the lease epoch of the driver that wrote the checkpoint (issue 29,
+hot standby): 0 without high availability, which is what every checkpoint of
+schema versions 1 and 2 reads as. The checkpoint reader enforces it against the
+fence files of the directory (``checkpoint.fence``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.errors import CorruptCheckpointError
+from checkpoint.errors import CheckpointWriteError, CorruptCheckpointError
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
 
@@ -47,11 +52,16 @@ SCHEMA_V2: dict[str, Any] = {
     "fields": [*SCHEMA_V1["fields"], {"name": "graph", "type": ["null", "bytes"],
                                       "default": None}],
 }
+SCHEMA_V3: dict[str, Any] = {
+    **SCHEMA_V2,
+    "namespace": "walstream.checkpoint.v3",
+    "fields": [*SCHEMA_V2["fields"], {"name": "epoch", "type": "long", "default": 0}],
+}
 #: The largest checkpoint file decoded. Far above any checkpoint this project
 #: writes (the data part is small; the pickled graph holds the user's functions),
 #: it refuses a file that is not a checkpoint before its decode allocates.
 MAX_CHECKPOINT_BYTES = 1024 * 1024 * 1024
-CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1, 2: SCHEMA_V2},
+CODEC = VersionedCodec("checkpoint", b"WSCP", {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3},
                        max_bytes=MAX_CHECKPOINT_BYTES)
 
 
@@ -75,8 +85,13 @@ class CheckpointData:
     state_rdds: tuple[StateRdd, ...] = ()
     conf: dict[str, str] = field(default_factory=dict)
     graph: bytes | None = field(default=None, repr=False)
+    #: The writer's lease epoch; 0 = no high availability.
+    epoch: int = 0
 
     def encode(self) -> bytes:
+        if self.epoch < 0:
+            raise CheckpointWriteError(
+                f"checkpoint {self.checkpoint_time_ms}: epoch {self.epoch} is negative")
         body = CODEC.encode({
             "checkpoint_time_ms": self.checkpoint_time_ms,
             "written_wall_ms": self.written_wall_ms,
@@ -90,6 +105,7 @@ class CheckpointData:
                            for s in self.state_rdds],
             "conf": dict(self.conf),
             "graph": self.graph,
+            "epoch": self.epoch,
         })
         # A CRC of the whole body: a torn or bit-flipped file fails before decoding.
         return body + zlib.crc32(body).to_bytes(4, "big")
@@ -120,9 +136,12 @@ class CheckpointData:
             _, d = CODEC.decode(body, max_bytes=max_bytes)
         except CorruptDataError as exc:
             raise CorruptCheckpointError(f"{where}: {exc}") from exc
+        epoch = d.get("epoch", 0)  # versions 1 and 2: written without high availability
+        if epoch < 0:
+            raise CorruptCheckpointError(f"{where}: epoch {epoch} is negative")
         return cls(
             d["checkpoint_time_ms"], d["written_wall_ms"], d["app_id"], d["batch_ms"],
             d["zero_time_ms"], d["fingerprint"], tuple(d["graph_shape"]),
             tuple(d["pending_times_ms"]),
             tuple(StateRdd(s["stream"], s["time_ms"], s["path"]) for s in d["state_rdds"]),
-            dict(d["conf"]), d.get("graph"))
+            dict(d["conf"]), d.get("graph"), epoch)

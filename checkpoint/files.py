@@ -1,8 +1,10 @@
 """Checkpoint files: atomic writes on one background thread, and a reader that falls back.
 
 Write protocol (each step before the next): (1) write ``.checkpoint-<ms>.tmp``,
-(2) fsync it, (3) rename it to ``checkpoint-<ms>``, (4) fsync the directory,
-(5) delete all but the newest ``keep`` checkpoints. A crash at any step leaves
+(2) fsync it, (3) rename it to ``checkpoint-<ms>`` (``checkpoint-<ms>-e<epoch>``
+for a writer of a lease epoch above 0, see ``checkpoint.fence``), (4) fsync the
+directory, (5) delete all but the newest ``keep`` checkpoints (the newest ``keep``
+eligible ones when the directory holds fences). A crash at any step leaves
 the previous checkpoints intact; the reader ignores temp files (docs/ARCHITECTURE.md,
 invariant 5: checkpoint before clean). Names carry the
 batch time, and the reader picks the newest *time*, so a late write of an older
@@ -14,9 +16,14 @@ the same steps with the filesystem's ``pipe`` (one whole-object write: object
 stores publish it atomically) for (1)-(2) and ``mv`` for (3); step (4) has no
 equivalent there. Local paths (the default, and what the tests run) use the OS.
 
+High availability (issue 29): a driver of lease epoch ``e`` writes its checkpoints
+as ``checkpoint-<ms>-e<e>``, and a new leader fences the directory with
+:func:`write_fence` before it reads. :func:`read_latest` and retention apply the
+fences' rule (``checkpoint.fence``); writers below the highest fence refuse.
+
 Local directories are private: created 0700 (and ``<dir>/rdds``, the state RDDs'
 directory, by :func:`prepare_directory`), checkpoint files 0600 whatever the
-umask, since a checkpoint holds the whole Spark conf (Kafka passwords included)
+umask (fence files too), since a checkpoint holds the whole Spark conf (Kafka passwords included)
 and a pickled graph that a restart executes. A directory another user owns or
 anyone may write is refused for writing and for reading.
 """
@@ -30,21 +37,27 @@ import queue
 import re
 import stat
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from checkpoint.data import CheckpointData
 from checkpoint.errors import (
+    CheckpointFencedError,
     CheckpointWriteError,
     CorruptCheckpointError,
+    CorruptFenceError,
     UnsafeCheckpointDirError,
 )
+from checkpoint.fence import Fence, FenceSet, Rejection, identity
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^checkpoint-(\d{13})$")
+_NAME = re.compile(r"^checkpoint-(\d{13})(?:-e([1-9]\d{0,18}))?$")
+_FENCE_NAME = re.compile(r"^fence-e([1-9]\d{0,18})(\.pending)?$")
 
 
 def is_url(directory: str | Path) -> bool:
@@ -66,47 +79,170 @@ def _fs(url: str) -> tuple[Any, str]:
     return fs, str(path).rstrip("/")
 
 
+def checkpoint_name(time_ms: int, epoch: int = 0) -> str:
+    """``checkpoint-<ms>`` for epoch 0 (the name every release wrote), else
+    ``checkpoint-<ms>-e<epoch>``: drivers of different epochs never write the same
+    name, so a fenced driver's late write can never replace a newer leader's file."""
+    name = f"checkpoint-{time_ms:013d}"
+    return f"{name}-e{epoch}" if epoch else name
+
+
+def fence_name(epoch: int, pending: bool = False) -> str:
+    return f"fence-e{epoch}" + (".pending" if pending else "")
+
+
+def _names(directory: str | Path) -> list[str]:
+    """The names in ``directory``, [] when it does not exist."""
+    if is_url(directory):
+        fs, root = _fs(str(directory).rstrip("/"))
+        try:
+            return [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
+        except FileNotFoundError:
+            return []
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+
+
+def _child(directory: str | Path, name: str) -> Any:
+    if is_url(directory):
+        return f"{str(directory).rstrip('/')}/{name}"
+    return Path(directory) / name
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """One checkpoint file as its name tells it: batch time, writer's epoch, path."""
+
+    time_ms: int
+    epoch: int
+    name: str
+    path: Any
+
+
+def checkpoint_entries(directory: str | Path) -> list[CheckpointEntry]:
+    """Every checkpoint file, newest time first (of one time, the newest epoch
+    first); foreign and temp files ignored. Fences are not applied here."""
+    found = [CheckpointEntry(int(m.group(1)), int(m.group(2) or 0), n, _child(directory, n))
+             for n in _names(directory) if (m := _NAME.match(n))]
+    return sorted(found, key=lambda e: (e.time_ms, e.epoch), reverse=True)
+
+
 def checkpoint_files(directory: str | Path) -> list[tuple[int, Any]]:
     """``(time_ms, path)`` of every checkpoint file, newest first; foreign files ignored.
-    Paths are :class:`~pathlib.Path` for a local directory, URLs for an fsspec one."""
+    Paths are :class:`~pathlib.Path` for a local directory, URLs for an fsspec one.
+    Fences are not applied: :func:`read_latest` is what picks the checkpoint to use."""
+    return [(e.time_ms, e.path) for e in checkpoint_entries(directory)]
+
+
+def _fence_names(directory: str | Path) -> tuple[dict[int, str], dict[int, str]]:
+    """``(final, pending)``: epoch -> name of the fence files in ``directory``."""
+    final: dict[int, str] = {}
+    pending: dict[int, str] = {}
+    for n in _names(directory):
+        if m := _FENCE_NAME.match(n):
+            (pending if m.group(2) else final)[int(m.group(1))] = n
+    return final, pending
+
+
+def highest_fence(directory: str | Path) -> int:
+    """The highest epoch any fence file in ``directory`` names, a fence still being
+    written (``.pending``) or corrupt included; 0 without fences. Only names are
+    read, so a writer's check cannot be fooled by a fence it cannot decode."""
+    final, pending = _fence_names(directory)
+    return max([*final, *pending], default=0)
+
+
+def read_fences(directory: str | Path) -> FenceSet:
+    """Every finished fence of ``directory``, decoded; a corrupt one is kept as its
+    error and raised only when a decision depends on it (:class:`FenceSet`)."""
+    final, _ = _fence_names(directory)
+    fences: dict[int, tuple[str, Fence | CorruptFenceError]] = {}
+    for epoch, name in final.items():
+        path = _child(directory, name)
+        try:
+            fence: Fence | CorruptFenceError = Fence.decode(_read(path), str(path))
+        except FileNotFoundError:
+            continue  # collected meanwhile: only fences no checkpoint needs are
+        except OSError as exc:
+            fence = CorruptFenceError(f"fence {path}: unreadable: {exc}", str(path))
+        except CorruptFenceError as exc:
+            fence = exc
+        if isinstance(fence, Fence) and fence.epoch != epoch:
+            fence = CorruptFenceError(f"fence {path}: holds epoch {fence.epoch}, not its "
+                                      f"name's", str(path))
+        fences[epoch] = (str(path), fence)
+    return FenceSet(fences)
+
+
+def _write_file(directory: str | Path, name: str, payload: bytes,
+                before_publish: Callable[[], None] | None = None,
+                mid_write: str | None = None) -> Any:
+    """Publish ``payload`` as ``directory/name`` atomically: a temp file ``.<name>.tmp``
+    (0600 locally, fsynced; one whole-object write on fsspec), ``before_publish()``,
+    the rename, then (locally) an fsync of the directory. A failure or crash before
+    the rename leaves no file of that name changed and no temp file behind.
+    ``mid_write`` names the kill point reached halfway through the temp file."""
     if is_url(directory):
         url = str(directory).rstrip("/")
         fs, root = _fs(url)
+        fs.makedirs(root, exist_ok=True)
+        remote_tmp, remote_final = f"{root}/.{name}.tmp", f"{root}/{name}"
+        if mid_write is not None:
+            kill_point(mid_write)
         try:
-            names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
-        except FileNotFoundError:
-            return []
-        return sorted(((int(m.group(1)), f"{url}/{n}") for n in names
-                       if (m := _NAME.match(n))), reverse=True)
+            fs.pipe_file(remote_tmp, payload)
+            if before_publish is not None:
+                before_publish()
+            fs.mv(remote_tmp, remote_final)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                fs.rm(remote_tmp)
+            raise
+        return f"{url}/{name}"
     directory = Path(directory)
+    _private_dir(directory)
+    path, tmp = directory / name, directory / f".{name}.tmp"
     try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    found = []
-    for name in names:
-        m = _NAME.match(name)
-        if m:
-            found.append((int(m.group(1)), directory / name))
-    return sorted(found, reverse=True)
-
-
-def _write_remote(url: str, data: CheckpointData, keep: int) -> str:
-    fs, root = _fs(url.rstrip("/"))
-    fs.makedirs(root, exist_ok=True)
-    name = f"checkpoint-{data.checkpoint_time_ms:013d}"
-    tmp, final = f"{root}/.{name}.tmp", f"{root}/{name}"
-    kill_point("checkpoint.mid_write")
-    try:
-        fs.pipe_file(tmp, data.encode())  # steps 1-2: one whole-object write
-        fs.mv(tmp, final)  # step 3
+        # 0600 whatever the umask, also over a stale temp file of a wider mode; the
+        # rename keeps the mode. Never through a symlink.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as f:
+            os.fchmod(fd, 0o600)
+            half = len(payload) // 2
+            f.write(payload[:half])
+            f.flush()
+            if mid_write is not None:
+                kill_point(mid_write)
+            f.write(payload[half:])
+            f.flush()
+            os.fsync(f.fileno())
+        if before_publish is not None:
+            before_publish()
+        os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(Exception):
-            fs.rm(tmp)
+        tmp.unlink(missing_ok=True)
         raise
-    for _, old in checkpoint_files(url)[keep:]:  # step 5
-        fs.rm(_fs(old)[1])
-    return f"{url.rstrip('/')}/{name}"
+    _fsync_dir(directory)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _remove(path: Any) -> None:
+    if isinstance(path, str):
+        fs, p = _fs(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(p)
+    else:
+        Path(path).unlink(missing_ok=True)
 
 
 def _read(path: Any) -> bytes:
@@ -114,6 +250,73 @@ def _read(path: Any) -> bytes:
         fs, p = _fs(path)
         return bytes(fs.cat_file(p))
     return Path(path).read_bytes()
+
+
+def _read_identity(path: Any) -> int:
+    """The identity (:func:`checkpoint.fence.identity`) of the checkpoint at ``path``;
+    locally from its last four bytes only."""
+    if isinstance(path, str):
+        return identity(_read(path))
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size < 4:
+            return -1
+        f.seek(size - 4)
+        return identity(f.read(4))
+
+
+def write_fence(directory: str | Path, epoch: int) -> Any:
+    """Fence the checkpoints of every epoch below ``epoch``; returns the fence's path.
+
+    The new leader of ``epoch`` calls this once it holds the lease and before it
+    reads a checkpoint. In order:
+
+    1. ``fence-e<epoch>.pending`` is published (empty). From here on every writer of
+       an older epoch refuses to publish, and one that published meanwhile refuses
+       to clean after it (:class:`CheckpointWriter`; the writer checks names,
+       pending ones included).
+    2. The older-epoch checkpoints present now are listed with their identities.
+       Every checkpoint that a fenced writer went on to clean after was published
+       before its post-publish check, so before step 1, and is in this list.
+    3. ``fence-e<epoch>`` is published atomically (0600 locally, like checkpoint
+       files), then the pending marker is removed.
+
+    A crash between 1 and 3 leaves the pending marker: it keeps refusing older
+    writers, and readers ignore it (no takeover of that epoch completed, so no cut
+    was drawn). Calling this again for an epoch that already has its fence returns
+    that fence unchanged: a fence is never widened, since a wider one would admit
+    what a fenced writer published after the first. Raises
+    :class:`CheckpointFencedError` when a fence of a newer epoch exists (the caller
+    has lost the lease already) and :class:`CorruptFenceError` when this epoch's
+    fence exists and does not decode.
+    """
+    if epoch < 1:
+        raise CheckpointWriteError(f"fence epoch must be at least 1, got {epoch}")
+    final, pending = _fence_names(directory)
+    newer = max((e for e in [*final, *pending] if e > epoch), default=0)
+    if newer:
+        raise CheckpointFencedError(
+            f"cannot fence {directory} for epoch {epoch}: a fence of epoch {newer} is "
+            f"there already (this driver lost the lease)", epoch, newer)
+    if epoch in final:
+        path = _child(directory, final[epoch])
+        Fence.decode(_read(path), str(path))
+        return path
+    _write_file(directory, fence_name(epoch, pending=True), b"")  # step 1
+    listed: dict[str, int] = {}
+    for entry in checkpoint_entries(directory):  # step 2
+        if entry.epoch >= epoch:
+            continue
+        try:
+            listed[entry.name] = _read_identity(entry.path)
+        except FileNotFoundError:
+            continue  # deleted by retention meanwhile
+    fence = Fence(epoch, int(time.time() * 1000), listed)
+    path = _write_file(directory, fence_name(epoch), fence.encode())  # step 3
+    _remove(_child(directory, fence_name(epoch, pending=True)))
+    log.info("checkpoint directory %s fenced for epoch %d (%d older checkpoints listed)",
+             directory, epoch, len(listed))
+    return path
 
 
 STATE_RDD_SUBDIR = "rdds"
@@ -164,56 +367,179 @@ def prepare_directory(directory: str | Path) -> None:
     _private_dir(directory / STATE_RDD_SUBDIR)
 
 
+def _refuse_if_fenced(directory: str | Path, epoch: int, time_ms: int,
+                      published: Any = None) -> None:
+    """Raise :class:`CheckpointFencedError` when a fence (pending ones included) of an
+    epoch above the writer's ``epoch`` is in ``directory``."""
+    fence_epoch = highest_fence(directory)
+    if fence_epoch <= epoch:
+        return
+    if published is None:
+        what = "not written"
+    else:
+        what = (f"published as {published} while the fence was written; it counts only "
+                f"if the fence lists it, and nothing is cleaned after it")
+    raise CheckpointFencedError(
+        f"checkpoint {time_ms} of epoch {epoch} refused: {directory} is fenced by epoch "
+        f"{fence_epoch} (another driver has taken over); {what}", epoch, fence_epoch,
+        None if published is None else str(published))
+
+
 def write_checkpoint(directory: str | Path, data: CheckpointData, keep: int = 10) -> Any:
-    if is_url(directory):
-        return _write_remote(str(directory), data, keep)
-    directory = Path(directory)
-    _private_dir(directory)
-    final = directory / f"checkpoint-{data.checkpoint_time_ms:013d}"
-    tmp = directory / f".checkpoint-{data.checkpoint_time_ms:013d}.tmp"
+    """Publish ``data`` as ``checkpoint_name(time, epoch)`` atomically, then retain.
+
+    Fencing: the writer of ``data.epoch`` checks the directory's fences right
+    before the rename and refuses (:class:`CheckpointFencedError`, nothing
+    published) when one of a newer epoch exists. No check can close the window
+    between itself and the rename: a writer paused there publishes after the new
+    leader's fence. That late file is harmless because readers take an older-epoch
+    checkpoint only when the fence lists it, and the fence lists only what was
+    present when it was written; the epoch in the name keeps it from replacing any
+    newer leader's file. The check runs again after the rename: when a fence
+    appeared meanwhile the call raises the same error, so the caller neither cleans
+    nor retains after a checkpoint that may not count. Retention (``keep``) runs
+    only after that second check (:func:`_retain`).
+    """
+    name = checkpoint_name(data.checkpoint_time_ms, data.epoch)
     payload = data.encode()
-    try:
-        # 0600 whatever the umask, also over a stale temp file of a wider mode; the
-        # rename keeps the mode. Never through a symlink.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with open(fd, "wb") as f:
-            os.fchmod(fd, 0o600)
-            half = len(payload) // 2
-            f.write(payload[:half])
-            f.flush()
-            kill_point("checkpoint.mid_write")
-            f.write(payload[half:])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a failing disk must not pile up partial temp files
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    for _, old in checkpoint_files(directory)[keep:]:
-        old.unlink(missing_ok=True)
-    return final
+    path = _write_file(
+        directory, name, payload,
+        before_publish=lambda: _refuse_if_fenced(directory, data.epoch,
+                                                 data.checkpoint_time_ms),
+        mid_write="checkpoint.mid_write")
+    _refuse_if_fenced(directory, data.epoch, data.checkpoint_time_ms, published=path)
+    _retain(directory, keep)
+    return path
+
+
+def _retain(directory: str | Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` eligible checkpoints, and what fences reject.
+
+    Without fences: all but the newest ``keep`` checkpoint files by name, as always.
+    With fences, eligibility is the reader's rule (:mod:`checkpoint.fence`): the
+    newest ``keep`` eligible checkpoints are kept, so the one :func:`read_latest`
+    returns is never deleted, however many newer files fences reject; files a
+    readable fence rejects are deleted (fences are never removed while they judge
+    a file, so such a file can never become eligible); a file whose judgement
+    depends on a corrupt fence is left alone. Fences are read before checkpoints are
+    listed, so a checkpoint published during retention is seen by no fence here and
+    is left for the next round. Then :func:`_collect_fences`.
+
+    A fenced writer never gets here (:func:`write_checkpoint` raises first). One
+    paused between its last check and a deletion deletes with the view it had; with
+    ``keep`` of 2 or more that view keeps its own newest pre-fence checkpoint, which
+    is the newest one the new fence lists.
+    """
+    fences = read_fences(directory)
+    entries = checkpoint_entries(directory)
+    if not fences:
+        for entry in entries[keep:]:
+            _remove(entry.path)
+        return
+    kept = 0
+    for entry in entries:
+        if fences.judges(entry.epoch):
+            try:
+                rejection = fences.rejection(entry.name, entry.epoch,
+                                             _read_identity(entry.path))
+            except FileNotFoundError:
+                continue
+            except (OSError, CorruptFenceError):
+                continue  # undecidable: kept, never counted as eligible
+            if rejection is not None:
+                log.info("deleting %s", rejection.describe(str(entry.path)))
+                _remove(entry.path)
+                continue
+        if kept < keep:
+            kept += 1
+        else:
+            _remove(entry.path)
+    _collect_fences(directory)
+
+
+def _collect_fences(directory: str | Path) -> None:
+    """Delete the fences no reader needs any more.
+
+    The highest finished fence always stays (writers check against it). A lower
+    fence of epoch ``y`` is deleted once no checkpoint of an epoch below ``y`` is
+    left: fences are listed first, checkpoints after, so a checkpoint of an older
+    epoch that a fenced writer publishes after that listing was published after the
+    highest fence too, which does not list it and keeps rejecting it. A pending
+    marker is deleted once a finished fence of its epoch or a newer one exists; a
+    newer pending one is a takeover in progress and stays.
+    """
+    final, pending = _fence_names(directory)
+    if not final:
+        return
+    top = max(final)
+    oldest = min((e.epoch for e in checkpoint_entries(directory)), default=None)
+    for epoch, name in final.items():
+        if epoch < top and (oldest is None or oldest >= epoch):
+            _remove(_child(directory, name))
+    for epoch, name in pending.items():
+        if epoch <= top:
+            _remove(_child(directory, name))
+
+
+_warned: set[tuple[str, int]] = set()
+_WARNED_MAX = 10_000
+
+
+def _warn_rejected(path: Any, ident: int, rejection: Rejection) -> None:
+    """WARNING the first time this process rejects this file with this content,
+    DEBUG afterwards (a standby rereads the directory on every reload)."""
+    key = (str(path), ident)
+    if key in _warned:
+        log.debug("%s", rejection.describe(str(path)))
+        return
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned.add(key)
+    log.warning("%s", rejection.describe(str(path)))
 
 
 def read_latest(directory: str | Path) -> CheckpointData | None:
-    """The newest checkpoint that reads and validates; older ones when it does not.
+    """The newest eligible checkpoint that reads and validates; older ones when it
+    does not.
+
+    Eligible: by the fences of the directory (:mod:`checkpoint.fence`), a checkpoint
+    of epoch ``x`` counts only if every fence of a newer epoch lists it with its
+    content; a rejected one is logged at WARNING (once per file and content) naming
+    it and the fence, and skipped. Raises :class:`CorruptFenceError`, naming the
+    fence, when a corrupt fence would decide. Fences are read before checkpoints
+    are listed, so a checkpoint published after that by a fenced driver was
+    published after the fence and is not listed by it.
+
     A local directory another user owns or anyone may write is refused
     (:class:`UnsafeCheckpointDirError`): nothing in it is read."""
     if not is_url(directory):
         _check_private(Path(directory))
-    for time_ms, path in checkpoint_files(directory):
+    fences = read_fences(directory)
+    for entry in checkpoint_entries(directory):
+        path = entry.path
         try:
-            data = CheckpointData.decode(_read(path), str(path))
-        except (OSError, CorruptCheckpointError) as exc:
+            raw = _read(path)
+        except OSError as exc:
             log.warning("checkpoint %s is unreadable, trying an older one: %s", path, exc)
             continue
-        if data.checkpoint_time_ms != time_ms:
+        if fences.judges(entry.epoch):
+            ident = identity(raw)
+            rejection = fences.rejection(entry.name, entry.epoch, ident)
+            if rejection is not None:
+                _warn_rejected(path, ident, rejection)
+                continue
+        try:
+            data = CheckpointData.decode(raw, str(path))
+        except CorruptCheckpointError as exc:
+            log.warning("checkpoint %s is unreadable, trying an older one: %s", path, exc)
+            continue
+        if data.checkpoint_time_ms != entry.time_ms:
             log.warning("checkpoint %s holds time %d, not its name's; skipped", path,
                         data.checkpoint_time_ms)
+            continue
+        if data.epoch != entry.epoch:
+            log.warning("checkpoint %s holds epoch %d, not its name's; skipped", path,
+                        data.epoch)
             continue
         return data
     return None
@@ -225,29 +551,47 @@ class CheckpointWriter:
     ``write(data, on_done)`` returns at once; ``on_done`` runs after the file is
     durable (the caller cleans WALs there: checkpoint before clean). A full queue
     or a failing disk is an error reported to ``on_error``, never a silent drop.
+
+    ``epoch`` is the writer's lease epoch (0 without high availability); each
+    checkpoint is written with it (``data.epoch`` must be 0 or the same). Right
+    before each write and again after it the directory's fences are checked
+    (:func:`write_checkpoint`): once a fence of a newer epoch is there the writer is
+    fenced for good. It reports :class:`CheckpointFencedError` to ``on_error``
+    (once), never runs ``on_done`` for that checkpoint, and refuses every later one
+    without touching the directory.
     """
 
     def __init__(self, directory: str | Path, keep: int = 10, max_queue: int = 100,
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_error: Callable[[BaseException], None] | None = None,
+                 epoch: int = 0) -> None:
+        if epoch < 0:
+            raise CheckpointWriteError(f"checkpoint writer epoch {epoch} is negative")
         self.directory: str | Path = directory if is_url(directory) else Path(directory)
         self.keep = keep
+        self.epoch = epoch
         self._queue: queue.Queue[tuple[CheckpointData, Callable[[], None] | None] | None] = \
             queue.Queue(max_queue)
         self._on_error = on_error
         self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
         self.written = 0
         self.latest_time_ms = -1
+        self.fenced: CheckpointFencedError | None = None
         self._stopped = False
         self._thread.start()
 
     def write(self, data: CheckpointData, on_done: Callable[[], None] | None = None) -> None:
+        if data.epoch not in (0, self.epoch):
+            self._fail(CheckpointWriteError(
+                f"checkpoint {data.checkpoint_time_ms} carries epoch {data.epoch}, but "
+                f"this writer writes epoch {self.epoch}"))
+            return
         if self._stopped:  # nothing would ever take it off the queue
             self._fail(CheckpointWriteError(
                 f"checkpoint writer for {self.directory} is stopped: checkpoint "
                 f"{data.checkpoint_time_ms} not written"))
             return
         try:
-            self._queue.put_nowait((data, on_done))
+            self._queue.put_nowait((replace(data, epoch=self.epoch), on_done))
         except queue.Full:
             self._fail(CheckpointWriteError(
                 f"checkpoint queue full ({self._queue.maxsize}): the disk at "
@@ -264,12 +608,20 @@ class CheckpointWriter:
             if item is None:
                 return
             data, on_done = item
+            if self.fenced is not None:
+                log.debug("checkpoint %d not written: writer fenced by epoch %d",
+                          data.checkpoint_time_ms, self.fenced.fence_epoch)
+                continue
             try:
                 write_checkpoint(self.directory, data, self.keep)
                 log.debug("checkpoint %d written to %s", data.checkpoint_time_ms,
                           self.directory)
                 self.written += 1
                 self.latest_time_ms = max(self.latest_time_ms, data.checkpoint_time_ms)
+            except CheckpointFencedError as exc:
+                self.fenced = exc
+                self._fail(exc)
+                continue
             except Exception as exc:  # any failure, or this thread dies and writes pile up
                 self._fail(CheckpointWriteError(
                     f"cannot write checkpoint {data.checkpoint_time_ms} to {self.directory}: "

@@ -7,7 +7,7 @@ import zlib
 import pytest
 
 from checkpoint.data import CODEC, SCHEMA_V1, CheckpointData
-from checkpoint.errors import CheckpointError, CorruptCheckpointError
+from checkpoint.errors import CheckpointError, CheckpointWriteError, CorruptCheckpointError
 from tests.checkpoint.helpers import make_data
 from walstream.avro_codec import VersionedCodec
 
@@ -96,3 +96,60 @@ def test_unknown_schema_version_is_named() -> None:
 
 def test_errors_share_the_package_root() -> None:
     assert issubclass(CorruptCheckpointError, CheckpointError)
+
+
+# -- epoch (schema version 3) ----------------------------------------------------------
+
+
+def _datum_of(data: CheckpointData) -> dict[str, object]:
+    return {
+        "checkpoint_time_ms": data.checkpoint_time_ms, "written_wall_ms": data.written_wall_ms,
+        "app_id": data.app_id, "batch_ms": data.batch_ms, "zero_time_ms": data.zero_time_ms,
+        "fingerprint": data.fingerprint, "graph_shape": list(data.graph_shape),
+        "pending_times_ms": list(data.pending_times_ms),
+        "state_rdds": [{"stream": s.stream, "time_ms": s.time_ms, "path": s.path}
+                       for s in data.state_rdds],
+        "conf": dict(data.conf), "graph": data.graph}
+
+
+def _framed(body: bytes) -> bytes:
+    return body + zlib.crc32(body).to_bytes(4, "big")
+
+
+def test_the_epoch_round_trips_in_the_newest_version() -> None:
+    data = make_data(4000, graph=b"pickled", epoch=7)
+    raw = data.encode()
+    assert raw[len(CODEC.magic)] == CODEC.latest == 3
+    assert CheckpointData.decode(raw) == data
+
+
+def test_the_epoch_defaults_to_zero() -> None:
+    assert make_data().epoch == 0
+    assert CheckpointData.decode(make_data().encode()).epoch == 0
+
+
+def test_a_version_2_checkpoint_decodes_as_epoch_0() -> None:
+    """Every checkpoint written before the epoch existed was written without HA."""
+    data = make_data(5000, graph=b"the graph")
+    raw = _framed(CODEC.encode(_datum_of(data), version=2))
+    assert raw[len(CODEC.magic)] == 2
+    assert CheckpointData.decode(raw) == data
+    assert CheckpointData.decode(raw).epoch == 0
+
+
+def test_a_version_1_checkpoint_decodes_as_epoch_0_without_a_graph() -> None:
+    data = make_data(6000)
+    datum = _datum_of(data)
+    del datum["graph"]
+    raw = _framed(CODEC.encode(datum, version=1))
+    got = CheckpointData.decode(raw)
+    assert got == data
+    assert got.epoch == 0 and got.graph is None
+
+
+def test_a_negative_epoch_is_refused_both_ways() -> None:
+    with pytest.raises(CheckpointWriteError, match="negative"):
+        make_data(epoch=-1).encode()
+    raw = _framed(CODEC.encode({**_datum_of(make_data()), "epoch": -3}))
+    with pytest.raises(CorruptCheckpointError, match="epoch -3"):
+        CheckpointData.decode(raw, "ckpt-neg")
