@@ -10,7 +10,11 @@ because they come from the same replay, not a copy of it:
   from the checkpoint's conf, which is the conf a restored context runs with;
 * the events are replayed by :class:`~driver.received_block_tracker.ReceivedBlockTracker`'s
   own recovery, so an undecodable event is skipped and counted
-  (``corrupt_events``) exactly as a restart skips it, never an abort here.
+  (``corrupt_events``) exactly as a restart skips it, never an abort here;
+  with high availability, the same fencing cut applies: ``fence_epoch`` is the
+  newest leader's epoch whose ``EpochStarted`` the log holds (0: none), and
+  ``fenced_events`` counts the older leaders' events after a cut, which changed
+  nothing.
 
 The Kafka cluster is the one given, else the checkpoint conf's
 ``spark.walstream.kafka.bootstrapServers`` (what the restarted app would use),
@@ -151,6 +155,8 @@ def inspect_checkpoint(directory: str, bootstrap_servers: str | None,
                        for s in data.state_rdds],
         "tracker": state,
         "corrupt_events": tracker.corrupt_events,
+        "fence_epoch": tracker.fence_epoch,
+        "fenced_events": tracker.fenced_events,
         "positions": positions,
     }
 

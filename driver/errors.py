@@ -43,3 +43,19 @@ class SessionTokenError(ReceiverPermissionError):
 class ForeignBlockError(ReceiverPermissionError):
     """A block report names a WAL topic that is not a segment of its stream's receiver
     WAL, or a source topic its stream's receiver does not declare."""
+
+
+class TrackerFencedError(DriverError):
+    """The tracker's epoch is below the driver WAL's cut: a newer leader logged
+    ``EpochStarted`` of a higher epoch, so every event this tracker would log is
+    void on every replay. The refused call changed no state (an event it had
+    already logged when the cut reached the tracker is void); the driver that owns
+    the tracker has been superseded and must stop leading."""
+
+    def __init__(self, epoch: int, fence_epoch: int) -> None:
+        self.epoch = epoch
+        self.fence_epoch = fence_epoch
+        super().__init__(
+            f"tracker of epoch {epoch} is fenced: the driver WAL holds the cut of epoch "
+            f"{fence_epoch}, so whatever it logs is void; a newer leader runs the batches"
+        )

@@ -33,6 +33,34 @@ The total of events is not known before the end, for that same reason: a total
 of events from the offsets would be a guess, and none is shown. A WAL that cannot
 tell (the in-memory test WAL) gives lines that say the total is not known. What
 was replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
+
+Epochs and the fencing cut (docs/decisions/ha-lease-and-fencing.md). Every event
+carries its writer's epoch (0 without high availability); the tracker stamps its
+own, :attr:`ReceivedBlockTracker.epoch`, on every event it logs. A leader that
+takes over logs :class:`~driver.events.EpochStarted` of its epoch before anything
+else it logs as leader (:meth:`ReceivedBlockTracker.start_epoch`). ``_apply``
+keeps :attr:`~ReceivedBlockTracker.fence_epoch`, the highest epoch whose
+``EpochStarted`` it applied, and enforces, live, on replay and on a standby's
+tail (:meth:`~ReceivedBlockTracker.apply_logged`) alike:
+
+* an event of an epoch below ``fence_epoch`` is void: not applied, counted in
+  ``fenced_events``, with one WARNING per epoch (a replay's line gives the count);
+* an ``EpochStarted`` of an epoch at or below ``fence_epoch`` is ignored (a cut
+  logged again after a write that timed out and then landed, or a stale one);
+* an event of an epoch above ``fence_epoch`` with no ``EpochStarted`` before it
+  is applied. The cut is where the new leader chose to draw it, and it applied
+  every event before it (it read the log through its cut before logging anything
+  else). Voiding older epochs at the first event of a newer one instead would
+  drop events the new leader applied, and replay would no longer equal its state.
+  A leader that logs its cut first never writes such an event; one that skips it
+  is not fenced against, which is the engine's contract to keep.
+
+Why the cut is exact: the log orders every writer's events, and the rules above
+depend only on that order, so every reader (a restart's replay, ``walstream
+inspect``, a standby's tail, the new leader reading through its own cut) voids
+the same events. What an old leader logged before the cut is applied by all of
+them, so nothing it wrote before the takeover is lost; what it logged after is
+applied by none, so nothing counts twice.
 """
 
 from __future__ import annotations
@@ -42,15 +70,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from driver.errors import TrackerWriteError
+from driver.errors import TrackerFencedError, TrackerWriteError
 from driver.events import (
     AllocatedBlocks,
     BatchAllocation,
     BatchCleanup,
     BlockAddition,
+    EpochStarted,
     TrackerEvent,
     decode_event,
     encode_event,
@@ -59,7 +88,7 @@ from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.base import WriteAheadLog
 from wal.errors import WalError
-from walstream.errors import CorruptDataError
+from walstream.errors import ConfigError, CorruptDataError
 from walstream.killpoints import kill_point
 from walstream.progress import Extent, ProgressReporter, ProgressSnapshot, format_rate
 
@@ -71,14 +100,17 @@ REPLAY_LOG_INTERVAL_S = 5.0
 
 @dataclass(frozen=True)
 class RecoveryStats:
-    """What the tracker's WAL replay did: events applied, undecodable events skipped,
-    how long it took, and when it began (wall clock, seconds; the tracker's clock).
+    """What the tracker's WAL replay did: events decoded and applied in log order,
+    undecodable events skipped, how long it took, and when it began (wall clock,
+    seconds; the tracker's clock), and how many of the decoded events were void
+    (an older epoch's, after a newer epoch's cut: they changed nothing).
     All zero, beginning at construction, when no replay ran."""
 
     events_replayed: int
     corrupt_events: int
     seconds: float
     started_at_s: float
+    fenced_events: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,6 +147,11 @@ class ReceivedBlockTracker:
     Thread-safe: allocations and cleanups hold one lock across log-and-apply, so
     their order in the log is the order in which they changed memory; block
     additions log outside it (see :meth:`add_block`).
+
+    ``epoch`` is stamped on every event this tracker logs (0: no high
+    availability); :meth:`start_epoch` logs the cut of a newer one and stamps it
+    from then on. A tracker whose epoch is below :attr:`fence_epoch` is fenced:
+    every call that would log raises :class:`TrackerFencedError`.
     """
 
     def __init__(
@@ -125,11 +162,15 @@ class ReceivedBlockTracker:
         clock: Callable[[], float] = time.time,
         replay_progress: ProgressReporter | None = None,
         replay_clock: Callable[[], float] = time.monotonic,
+        epoch: int = 0,
     ) -> None:
         """``replay_progress`` counts the replay's events (read, corrupt included) and is
         made to follow the WAL's records read (see the module docstring); default: log
         lines at most every :data:`REPLAY_LOG_INTERVAL_S` (by ``replay_clock``) and at
-        the end."""
+        the end. ``epoch`` (at least 0) is stamped on the events this tracker logs;
+        a replay that applies a cut above it leaves the tracker fenced."""
+        if epoch < 0:
+            raise ConfigError(f"tracker epoch {epoch}: must be at least 0")
         self._wal = wal
         self._clock = clock
         self._lock = threading.RLock()
@@ -140,7 +181,17 @@ class ReceivedBlockTracker:
         self._last_allocated: int | None = None
         self._known: set[str] = set()  # ids of blocks unallocated or allocated, not cleaned
         self._positions: dict[int, dict[tuple[str, int], int]] = {}
+        self._epoch = epoch
+        self._fence_epoch = 0
+        # The epoch whose cut this tracker logged and has not applied yet
+        # (start_epoch with through_tail): applied when the tail reaches it.
+        self._pending_cut: int | None = None
+        self._cut_changed = threading.Condition(self._lock)
+        self._fenced_by_epoch: dict[int, int] = {}
+        self._warned_epochs: set[int] = set()
+        self._replaying = False
         self.corrupt_events = 0
+        self.fenced_events = 0
         self.recovery_stats = RecoveryStats(0, 0, 0.0, clock())
         if wal is not None and recover_from_wal:
             self._recover(replay_progress or ProgressReporter(
@@ -148,22 +199,70 @@ class ReceivedBlockTracker:
 
     # -- the log-before-mutate step ------------------------------------------------
 
-    def _log(self, event: TrackerEvent) -> bool:
-        """Write ``event``; True when durable (or when there is no WAL)."""
+    def _log(self, event: TrackerEvent) -> TrackerEvent | None:
+        """Stamp ``event`` with this tracker's epoch and write it; the stamped event
+        once durable (or when there is no WAL), None when the write failed or the
+        tracker's own cut is still pending (nothing logged then).
+
+        Raises :class:`TrackerFencedError`, logging nothing, when the tracker is
+        fenced: the event would be void. An :class:`EpochStarted` is written as
+        given (:meth:`start_epoch` checks it against the cut)."""
+        if not isinstance(event, EpochStarted):
+            self._refuse_if_fenced()
+            if self._pending_cut is not None:
+                # Applied now, the event would go before older-epoch events the
+                # tail has not delivered yet, an order replay does not follow.
+                log.error("tracker: not logging %s: the cut of epoch %d is logged but "
+                          "the log has not been read through it yet",
+                          type(event).__name__, self._pending_cut)
+                return None
+            if event.epoch != self._epoch:
+                event = replace(event, epoch=self._epoch)
         if self._wal is None:
-            return True
+            return event
         try:
             self._wal.write(encode_event(event), int(self._clock() * 1000))
             kill_point("tracker.after_log_before_apply")
             if isinstance(event, BatchAllocation):
                 kill_point("tracker.after_allocation_logged")
-            return True
+            return event
         except WalError as exc:
             log.error("tracker: could not log %s: %s", type(event).__name__, exc)
-            return False
+            return None
+
+    def _refuse_if_fenced(self) -> None:
+        if self._epoch < self._fence_epoch:
+            raise TrackerFencedError(self._epoch, self._fence_epoch)
+
+    def _passes_cut(self, event: TrackerEvent) -> bool:
+        """Whether :meth:`_apply` would apply ``event`` now: False for a void event
+        (an epoch below the cut) and for an ``EpochStarted`` at or below the cut."""
+        if isinstance(event, EpochStarted):
+            return event.epoch > self._fence_epoch
+        return event.epoch >= self._fence_epoch
 
     def _apply(self, event: TrackerEvent) -> None:
-        """The one place state changes, live and during replay."""
+        """The one place state changes, live, during replay and on a standby's tail.
+        An event that does not pass the cut (:meth:`_passes_cut`) changes nothing."""
+        if event.epoch < self._fence_epoch:
+            self._void(event)
+            return
+        if isinstance(event, EpochStarted):
+            if event.epoch == self._fence_epoch:
+                return  # the same cut logged again
+            self._fence_epoch = event.epoch
+            if self._pending_cut is not None and self._pending_cut <= event.epoch:
+                self._pending_cut = None  # read through (or overtaken by a newer cut)
+            if 0 < self._epoch < self._fence_epoch:
+                # A leader's tracker overtaken; a standby's or an inspection's
+                # tracker (epoch 0) never logs, so its cut is no news.
+                log.warning("tracker: the driver WAL holds the cut of epoch %d; this "
+                            "tracker's epoch %d is fenced and logs nothing more",
+                            self._fence_epoch, self._epoch)
+            elif not self._replaying:
+                log.info("tracker: applied the cut of epoch %d", event.epoch)
+            self._cut_changed.notify_all()
+            return
         if isinstance(event, BlockAddition):
             b = event.block
             if b.block_id in self._known:
@@ -195,6 +294,18 @@ class ReceivedBlockTracker:
             for t in event.batch_times_ms:
                 for infos in self._allocated.pop(t, {}).values():
                     self._known.difference_update(i.block_id for i in infos)
+
+    def _void(self, event: TrackerEvent) -> None:
+        """Count a void event; one WARNING per epoch (a replay gives its count at
+        the end instead)."""
+        self.fenced_events += 1
+        self._fenced_by_epoch[event.epoch] = self._fenced_by_epoch.get(event.epoch, 0) + 1
+        if self._replaying or event.epoch in self._warned_epochs:
+            return
+        self._warned_epochs.add(event.epoch)
+        log.warning("tracker: ignoring events of epoch %d logged after the cut of epoch %d "
+                    "(their leader was fenced); later ones are counted in fenced_events "
+                    "without a line", event.epoch, self._fence_epoch)
 
     def _advance(self, stream_id: int, ranges: Iterable[SourceRange]) -> None:
         pos = self._positions.setdefault(stream_id, {})
@@ -236,19 +347,30 @@ class ReceivedBlockTracker:
         progress.follow(lambda: wal_extent(wal))
         progress.start()
         count = 0
-        for data in records:
-            progress.advance()
+        with self._lock:
+            self._replaying = True
             try:
-                event = decode_event(data)
-            except CorruptDataError as exc:
-                self.corrupt_events += 1
-                log.error("tracker: skipping an undecodable event during recovery: %s", exc)
-                continue
-            self._apply(event)
-            count += 1
+                for data in records:
+                    progress.advance()
+                    try:
+                        event = decode_event(data)
+                    except CorruptDataError as exc:
+                        self.corrupt_events += 1
+                        log.error("tracker: skipping an undecodable event during recovery: "
+                                  "%s", exc)
+                        continue
+                    self._apply(event)
+                    count += 1
+            finally:
+                self._replaying = False
+            for epoch, n in sorted(self._fenced_by_epoch.items()):
+                self._warned_epochs.add(epoch)
+                log.warning("tracker: replay ignored %d events of epoch %d logged after a "
+                            "newer epoch's cut (the driver WAL's cut is epoch %d)",
+                            n, epoch, self._fence_epoch)
         done = progress.finish()
         self.recovery_stats = RecoveryStats(count, self.corrupt_events, done.elapsed_s,
-                                            started_at)
+                                            started_at, self.fenced_events)
 
     def _log_replay(self, snap: ProgressSnapshot, final: bool) -> None:
         """The default replay sink: a line every few seconds, then the outcome."""
@@ -259,6 +381,8 @@ class ReceivedBlockTracker:
             log.info("tracker: the driver WAL holds no events: starting empty")
             return
         corrupt = f" ({self.corrupt_events} undecodable, skipped)" if self.corrupt_events else ""
+        if self.fenced_events:
+            corrupt += f" ({self.fenced_events} of fenced epochs, ignored)"
         read = (f", {snap.extent.done:,} of {snap.extent.total:,} {snap.extent.unit}"
                 if snap.extent is not None else "")
         log.info("tracker: recovered from %d events%s%s in %.1f s (%s events/s): %s",
@@ -267,8 +391,114 @@ class ReceivedBlockTracker:
 
     def _summary(self) -> str:
         n = sum(len(q) for q in self._unallocated.values())
+        cut = f", cut of epoch {self._fence_epoch}" if self._fence_epoch else ""
         return (f"{n} unallocated blocks, {len(self._allocated)} allocated batches, "
-                f"last allocated {self._last_allocated}")
+                f"last allocated {self._last_allocated}{cut}")
+
+    # -- epochs, the cut and a standby's tail ----------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch stamped on every event this tracker logs."""
+        return self._epoch
+
+    @property
+    def fence_epoch(self) -> int:
+        """The highest epoch whose ``EpochStarted`` was applied (0: none)."""
+        return self._fence_epoch
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a newer epoch's cut was applied: this tracker logs nothing more."""
+        return self._epoch < self._fence_epoch
+
+    @property
+    def cut_pending(self) -> bool:
+        """Whether this tracker's own cut is logged but not yet read back from the log."""
+        return self._pending_cut is not None
+
+    def fenced_by_epoch(self) -> dict[int, int]:
+        """How many void events each older epoch had (replay and live together)."""
+        with self._lock:
+            return dict(self._fenced_by_epoch)
+
+    def start_epoch(self, epoch: int, *, through_tail: bool = False) -> None:
+        """Log the cut ``EpochStarted(epoch)``, then stamp ``epoch`` on every event.
+
+        ``epoch`` must be above :attr:`fence_epoch` (else :class:`TrackerFencedError`)
+        and at least 1 and the tracker's epoch (else :class:`ConfigError`). A write
+        that fails raises :class:`TrackerWriteError` and changes nothing; calling
+        again is safe: a cut that landed twice is applied once. A cut of ``epoch``
+        already applied (a retried call whose first write landed and was read back)
+        is adopted without logging again: one lease holder per epoch makes that cut
+        this caller's.
+
+        ``through_tail`` False applies the cut at once, after it is durable (log
+        before apply). Exact only when every event logged before the cut is already
+        applied here: no other writer (no high availability, tests). A takeover
+        passes True: an old leader may have logged events the tracker has not read
+        yet, and they precede the cut in the log, so they must be applied first.
+        The cut then stays pending until :meth:`apply_logged` reads it back from the
+        log's tail (after every event before it); until then this tracker logs
+        nothing else (:meth:`add_block` answers False, allocations and cleanups
+        raise :class:`TrackerWriteError`). :meth:`wait_for_cut` waits for it.
+        """
+        with self._lock:
+            if epoch < 1 or epoch < self._epoch:
+                raise ConfigError(f"tracker epoch {epoch}: must be at least 1 and at "
+                                  f"least the tracker's epoch {self._epoch}")
+            if epoch < self._fence_epoch:
+                raise TrackerFencedError(epoch, self._fence_epoch)
+            if epoch == self._fence_epoch:
+                self._epoch = epoch
+                self._pending_cut = None
+                return
+            if self._pending_cut == epoch:
+                return  # logged already; the tail has not reached it
+            cut = EpochStarted(epoch)
+            if self._log(cut) is None:
+                raise TrackerWriteError(f"could not log the cut of epoch {epoch}")
+            self._epoch = epoch
+            if through_tail and self._wal is not None:
+                self._pending_cut = epoch
+            else:
+                self._apply(cut)
+
+    def wait_for_cut(self, timeout_s: float) -> bool:
+        """Wait until this tracker's own cut is read back and applied (at once when
+        none is pending); False after ``timeout_s`` without it. Raises
+        :class:`TrackerFencedError` when a newer epoch's cut was applied instead."""
+        with self._cut_changed:
+            self._cut_changed.wait_for(lambda: self._pending_cut is None, timeout_s)
+            self._refuse_if_fenced()
+            return self._pending_cut is None
+
+    def apply_logged(self, data: bytes) -> bool:
+        """Decode one event read from the driver WAL and apply it, as replay does.
+
+        For a standby tailing the log: fed every record after the last one this
+        tracker's replay read, in log order, each once. An undecodable record is
+        skipped and counted in ``corrupt_events``; a void one (an older epoch's,
+        after the cut) in ``fenced_events``. True when the event was applied.
+
+        Once this tracker's own cut is applied, an event of its own epoch (at least
+        1) is skipped: only the lease holder of an epoch logs its events, so it is
+        one this tracker logged and applied then. Feeding the tail on past the cut is
+        therefore harmless; what else follows is void."""
+        try:
+            event = decode_event(data)
+        except CorruptDataError as exc:
+            with self._lock:
+                self.corrupt_events += 1
+            log.error("tracker: skipping an undecodable event from the log's tail: %s", exc)
+            return False
+        with self._lock:
+            if (0 < self._epoch == self._fence_epoch == event.epoch
+                    and not isinstance(event, EpochStarted)):
+                return False  # this tracker's own, applied when it was logged
+            applies = self._passes_cut(event)
+            self._apply(event)
+            return applies
 
     # -- Spark's API ---------------------------------------------------------------
 
@@ -281,15 +511,27 @@ class ReceivedBlockTracker:
         a block logged before an allocation but applied after it stays
         unallocated both live and on replay. A retried report of a block whose
         first report is still in flight is logged twice and applied once.
+
+        Raises :class:`TrackerFencedError` when the tracker is fenced (before
+        logging, or when a newer cut reached it while its write was in flight: that
+        event is void). False, nothing kept, also for an event stamped with this
+        tracker's previous epoch that landed behind its own cut (void too); the
+        receiver's retry carries the new epoch.
         """
         with self._lock:
+            self._refuse_if_fenced()
             if info.block_id in self._known:
                 return True  # already durable: a retried report
-        event = BlockAddition(info)
-        if not self._log(event):
+        event = self._log(BlockAddition(info, self._epoch))
+        if event is None:
             return False
         with self._lock:
+            applies = self._passes_cut(event)
             self._apply(event)
+            if not applies:
+                # Logged, then a newer cut reached the tracker first: void.
+                self._refuse_if_fenced()
+                return False  # an older epoch's write behind this tracker's own cut
         kill_point("tracker.after_add_block_before_answer")
         return True
 
@@ -298,7 +540,8 @@ class ReceivedBlockTracker:
 
         A time at or before the last allocated one does nothing. Raises
         :class:`TrackerWriteError` when the event could not be logged; the
-        blocks then stay unallocated for the next batch.
+        blocks then stay unallocated for the next batch. Raises
+        :class:`TrackerFencedError`, logging nothing, when the tracker is fenced.
         """
         with self._lock:
             if self._last_allocated is not None and batch_time_ms <= self._last_allocated:
@@ -310,13 +553,21 @@ class ReceivedBlockTracker:
             blocks = tuple(
                 (s, tuple(q.values())) for s, q in sorted(self._unallocated.items())
             )
-            event = BatchAllocation(batch_time_ms, blocks)
-            if not self._log(event):
+            event = self._log(BatchAllocation(batch_time_ms, blocks, self._epoch))
+            if event is None:
                 raise TrackerWriteError(
                     f"could not log the allocation of batch {batch_time_ms}; its blocks stay "
                     "queued for the next batch"
                 )
-            self._apply(event)
+            self._apply_own(event)
+
+    def _apply_own(self, event: TrackerEvent) -> None:
+        """Apply an event this tracker logged under its lock; it passes the cut, since
+        the cut only moves under this lock and ``_log`` checked it."""
+        applies = self._passes_cut(event)
+        self._apply(event)
+        if not applies:
+            self._refuse_if_fenced()
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> AllocatedBlocks:
         with self._lock:
@@ -345,14 +596,17 @@ class ReceivedBlockTracker:
         return self._last_allocated
 
     def cleanup_old_batches(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
-        """Forget batches older than the threshold (logged first), then clean the WAL."""
+        """Forget batches older than the threshold (logged first), then clean the WAL.
+
+        Raises :class:`TrackerFencedError`, logging and cleaning nothing, when the
+        tracker is fenced."""
         with self._lock:
             times = tuple(sorted(t for t in self._allocated if t < thresh_time_ms))
             positions = tuple((s, self.positions(s)) for s in sorted(self._positions))
-            event = BatchCleanup(times, positions)
-            if not self._log(event):
+            event = self._log(BatchCleanup(times, positions, self._epoch))
+            if event is None:
                 raise TrackerWriteError(f"could not log the cleanup of batches {times}")
-            self._apply(event)
+            self._apply_own(event)
         if self._wal is not None:
             self._wal.clean(thresh_time_ms, wait_for_completion)
 

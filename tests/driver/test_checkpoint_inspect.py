@@ -89,3 +89,33 @@ def test_inspect_replays_what_tracker_recovery_replays_despite_a_corrupt_event(
     # Not vacuous: both batches and the trailing block came back.
     assert set(shown["tracker"]["allocated"]) == {"2000", "3000"}
     assert shown["tracker"]["unallocated"] != {}
+
+
+def test_inspect_shows_the_fencing_cut_and_leaves_out_a_fenced_leaders_events(
+        bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    app = unique_name("app")
+    conf = {"spark.app.name": "inspect"}
+    old = ReceivedBlockTracker([0, 1], _driver_wal(bootstrap, app, conf), epoch=1)
+    new: ReceivedBlockTracker | None = None
+    try:
+        assert old.add_block(_block(0))
+        old.allocate_blocks_to_batch(2000)
+        new = ReceivedBlockTracker([0, 1], _driver_wal(bootstrap, app, conf))  # replays
+        new.start_epoch(2)  # the cut; the old leader, paused, writes on after it
+        assert old.add_block(_block(1))
+        old.allocate_blocks_to_batch(3000)
+        assert new.add_block(_block(0))
+        new.allocate_blocks_to_batch(4000)
+        leader = new.state().to_json()
+    finally:
+        old.stop()
+        if new is not None:
+            new.stop()
+    write_checkpoint(tmp_path / "cp", make_data(4000, app_id=app, conf=conf))
+
+    shown = inspect_checkpoint(str(tmp_path / "cp"), bootstrap)
+
+    assert shown["tracker"] == leader
+    assert set(shown["tracker"]["allocated"]) == {"2000", "4000"}
+    assert (shown["fence_epoch"], shown["fenced_events"]) == (2, 2)
+    assert "1" not in shown["positions"] or shown["positions"]["1"] == []

@@ -9,6 +9,7 @@ from driver.events import (
     BatchAllocation,
     BatchCleanup,
     BlockAddition,
+    EpochStarted,
     decode_event,
     encode_event,
 )
@@ -30,16 +31,26 @@ VALID = {
     "addition": encode_event(BlockAddition(INFO)),
     "allocation": encode_event(BatchAllocation(2000, ((1, (INFO, INFO)), (2, ())))),
     "cleanup": encode_event(BatchCleanup((1000, 2000), ((1, (SourceRange("src", 0, 0, 5),)),))),
+    # Version 2: an epoch above 0, and the cut.
+    "addition-v2": encode_event(BlockAddition(INFO, 3)),
+    "allocation-v2": encode_event(BatchAllocation(2000, ((1, (INFO, INFO)), (2, ())), 3)),
+    "cleanup-v2": encode_event(BatchCleanup((1000,), ((1, (SourceRange("src", 0, 0, 5),)),),
+                                            2**40)),
+    "epoch-started": encode_event(EpochStarted(7)),
 }
 PREFIX = EVENT_CODEC.magic + b"\x01"
-ADDITION, ALLOCATION, CLEANUP = avro_long(0), avro_long(1), avro_long(2)
+PREFIX_V2 = EVENT_CODEC.magic + b"\x02"
+ADDITION, ALLOCATION, CLEANUP, EPOCH_STARTED = (avro_long(k) for k in range(4))
 
 
 class TestEventDecoder(TruncationsRaise, FlippedBytes):
     decode = staticmethod(decode_event)
     error = CorruptDataError
     valid = VALID
-    prefixes = tuple(PREFIX + kind for kind in (b"", ADDITION, ALLOCATION, CLEANUP))
+    prefixes = (*(PREFIX + kind for kind in (b"", ADDITION, ALLOCATION, CLEANUP)),
+                *(PREFIX_V2 + kind + avro_long(epoch)
+                  for kind in (b"", ADDITION, ALLOCATION, CLEANUP, EPOCH_STARTED)
+                  for epoch in (0, 1, -1)))
 
 
 def test_huge_declared_lengths_and_indexes_raise_without_allocating() -> None:
@@ -53,7 +64,13 @@ def test_huge_declared_lengths_and_indexes_raise_without_allocating() -> None:
         *huge_lengths(PREFIX + no_block + b"\x00"),  # the cleanup times' count
         *huge_lengths(PREFIX + no_block + b"\x00\x00"),  # the positions' count
     ]
-    for data in cases:
+    v2 = [
+        *huge_lengths(PREFIX_V2),  # the event kind's enum index
+        *huge_lengths(PREFIX_V2 + ADDITION),  # the epoch (a huge one is a valid long)
+        *huge_lengths(PREFIX_V2 + ADDITION + avro_long(1)),  # the block union's branch
+        *huge_lengths(PREFIX_V2 + ALLOCATION + avro_long(1) + b"\x00" + avro_long(2000)),
+    ]
+    for data in cases + v2:
         assert decodes_or_typed_error(decode_event, data) is None
 
 
