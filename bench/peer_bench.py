@@ -370,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"p99 {r.p99[-1]:.0f} ms over {len(ds)} batches")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    png = args.out.parent / "peer-ladder.png"
+    # Beside its results; another --out (a metrics baseline run) keeps its own plot.
+    png = args.out.parent / ("peer-ladder.png" if args.out.name == "RESULTS-peer.md"
+                             else f"{args.out.stem.lower()}-ladder.png")
     plotted = png.name if plot(list(results.values()), png) else None
     text = render(list(results.values()), facts, cfg, args.size,
                   time.monotonic() - started, plotted)
