@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
+from wal.errors import WalError, WalReadError
 from wal.handle import RecordHandle
 
 
@@ -28,6 +29,74 @@ class ReplayProgress:
 
     total: int | None = None
     consumed: int = 0
+
+
+class FollowNotSupportedError(WalError):
+    """This log cannot be followed; replay it with ``read_all`` instead."""
+
+
+class FollowTimeoutError(WalReadError, TimeoutError):
+    """``drain_to_end`` did not reach the end of the log within its bound."""
+
+
+class FollowGapError(WalReadError):
+    """A segment behind the follower holds records the follower never yielded.
+
+    Only writes racing across a segment roll leave them (two writer instances of one
+    log, ``write`` calls of several threads, pipelined ``write_async``; see
+    :mod:`wal.follow`); ``read_all`` places them
+    before the newer segment's records, so the caller's state must be rebuilt with
+    a fresh replay to match it.
+    """
+
+
+class LogFollower(ABC):
+    """Yields a log's replay, then its later records, in log order.
+
+    One thread calls :meth:`poll` and :meth:`drain_to_end`; :meth:`close` may be
+    called from any thread and makes a running call return within one short
+    consumer poll. After ``close`` every call raises :class:`~wal.errors.WalClosedError`.
+    """
+
+    #: The wait of a :meth:`poll` without ``timeout_s``.
+    poll_timeout_s: float = 1.0
+
+    @abstractmethod
+    def poll(self, max_records: int = 1000, timeout_s: float | None = None) -> list[bytes]:
+        """Up to ``max_records`` records, the next ones in log order.
+
+        Waits up to ``timeout_s`` (the follower's default when None) for the first;
+        once it has one it takes only those readable without waiting for the
+        broker to receive more. Returns ``[]`` when none came in time.
+        """
+
+    @property
+    @abstractmethod
+    def caught_up(self) -> bool:
+        """True when the latest call reached the end of the newest segment it knew
+        of (the high watermark of its latest Fetch) with nothing left to return."""
+
+    @abstractmethod
+    def drain_to_end(self, timeout_s: float) -> Iterator[bytes]:
+        """The records up to the log's end as of this call, then stop.
+
+        The end is taken from Fetch responses the broker sent after the call, so
+        every record whose ``write`` returned before the call is yielded (and some
+        written during the drain may be, in log order). The iterator raises
+        :class:`FollowTimeoutError` when the end is not reached within
+        ``timeout_s`` of the call, the caller's time between records included.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the broker clients; idempotent."""
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 class WriteAheadLog(ABC):
@@ -76,6 +145,16 @@ class WriteAheadLog(ABC):
         """
         return None
 
+    def follow(self, poll_timeout_s: float = 1.0) -> LogFollower:
+        """A :class:`LogFollower` of this log: what ``read_all`` yields now, then every
+        record appended later, in log order (a hot standby's tail of the log).
+
+        An optional capability: a log that cannot be followed raises
+        :class:`FollowNotSupportedError` (this default). ``poll_timeout_s`` is the
+        wait of a ``poll`` without its own timeout.
+        """
+        raise FollowNotSupportedError(f"{type(self).__name__} cannot be followed")
+
     def __enter__(self) -> WriteAheadLog:
         return self
 
@@ -114,3 +193,6 @@ class ForwardingWriteAheadLog(WriteAheadLog):
 
     def replay_progress(self) -> ReplayProgress | None:
         return self.wrapped.replay_progress()
+
+    def follow(self, poll_timeout_s: float = 1.0) -> LogFollower:
+        return self.wrapped.follow(poll_timeout_s)

@@ -20,13 +20,14 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from wal.base import ReplayProgress, WriteAheadLog
+from wal.base import LogFollower, ReplayProgress, WriteAheadLog
 from wal.errors import (
     CorruptRecordError,
     UnknownRecordVersionError,
@@ -204,6 +205,23 @@ class BatchedWriteAheadLog(WriteAheadLog):
                 self.corrupt_groups += 1
                 log.warning("batched WAL: skipping a stored record that is not a group: %s", exc)
 
+    def follow(self, poll_timeout_s: float = 1.0) -> LogFollower:
+        """The wrapped log's follower, yielding the records of each group in order; a
+        stored record that is not a group is reported as ``read_all`` reports it."""
+        if self._closed:
+            raise WalClosedError("BatchedWriteAheadLog is closed")
+        return UnpackingFollower(self.wrapped.follow(poll_timeout_s), self._unpack)
+
+    def _unpack(self, data: bytes) -> list[bytes]:
+        try:
+            return deserialize_batch(data)
+        except CorruptRecordError as exc:
+            if getattr(getattr(self.wrapped, "config", None), "strict", False):
+                raise
+            self.corrupt_groups += 1
+            log.warning("batched WAL: skipping a stored record that is not a group: %s", exc)
+            return []
+
     def replay_progress(self) -> ReplayProgress | None:
         """The wrapped log's: it counts stored groups (and their chunks), whatever
         number of records each group holds."""
@@ -242,3 +260,52 @@ class BatchedWriteAheadLog(WriteAheadLog):
             carry.future.set_exception(WalClosedError("close() was called before it was stored"))
         self._fail_queued()
         self.wrapped.close()
+
+
+class UnpackingFollower(LogFollower):
+    """Follows a log of groups and yields each group's records in order.
+
+    ``unpack`` turns one stored record into its records (``[]`` for a group it
+    reports as corrupt). Memory: besides the wrapped follower's, at most the rest
+    of one group, since it asks the wrapped follower for one group at a time.
+    """
+
+    def __init__(self, inner: LogFollower, unpack: Callable[[bytes], list[bytes]]) -> None:
+        self.inner = inner
+        self.poll_timeout_s = inner.poll_timeout_s
+        self._unpack = unpack
+        self._rest: deque[bytes] = deque()
+
+    def poll(self, max_records: int = 1000, timeout_s: float | None = None) -> list[bytes]:
+        out = self._take(max_records)
+        wait = self.poll_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + wait
+        while len(out) < max_records:
+            # Once it has records, only what is readable at once (LogFollower.poll).
+            groups = self.inner.poll(1, 0.0 if out else max(0.0, deadline - time.monotonic()))
+            if not groups:
+                break
+            self._rest = deque(self._unpack(groups[0]))
+            out.extend(self._take(max_records - len(out)))
+        return out
+
+    def _take(self, n: int) -> list[bytes]:
+        return [self._rest.popleft() for _ in range(min(n, len(self._rest)))]
+
+    @property
+    def caught_up(self) -> bool:
+        return not self._rest and self.inner.caught_up
+
+    def drain_to_end(self, timeout_s: float) -> Iterator[bytes]:
+        groups = self.inner.drain_to_end(timeout_s)  # the end is fixed now, at the call
+        return self._drain(groups)
+
+    def _drain(self, groups: Iterator[bytes]) -> Iterator[bytes]:
+        while self._rest:
+            yield self._rest.popleft()
+        for group in groups:
+            yield from self._unpack(group)
+
+    def close(self) -> None:
+        self._rest.clear()
+        self.inner.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -37,6 +38,7 @@ from wal import segments
 from wal.base import ReplayProgress, WriteAheadLog
 from wal.config import KafkaWalConfig, validate_log_name
 from wal.errors import (
+    CorruptRecordError,
     RecordNotFoundError,
     RecordTooLargeError,
     WalBackpressureError,
@@ -45,6 +47,7 @@ from wal.errors import (
     WalWriteError,
     WalWriteTimeoutError,
 )
+from wal.follow import KafkaLogFollower
 from wal.framing import encode_record
 from wal.handle import RecordHandle
 from wal.reader import CorruptHandler, WalReader, release_topics
@@ -130,6 +133,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
         self._admin: AdminClient | None = None
         self._threshold_ms = -1
         self._replay: ReplayProgress | None = None
+        self._followers: weakref.WeakSet[KafkaLogFollower] = weakref.WeakSet()
         self._reader = WalReader(
             bootstrap_servers, self.config.read_timeout_s,
             {**self.config.client_config, **self.config.consumer_config},
@@ -381,13 +385,6 @@ class KafkaWriteAheadLog(WriteAheadLog):
         if all(seg.topic in extents for seg in segs):
             progress.total = sum(end - start for start, end in extents.values())
 
-        def on_corrupt(exc: Any) -> None:
-            self.corrupt_records += 1
-            if self._on_corrupt is not None:
-                self._on_corrupt(exc)
-            else:
-                log.warning("WAL %s: skipping a corrupt or foreign record: %s", self.name, exc)
-
         for seg in segs:
             start, end = extents.get(seg.topic, (0, 2**63))
             before = progress.consumed
@@ -399,9 +396,27 @@ class KafkaWriteAheadLog(WriteAheadLog):
                 progress.consumed = before + max(0, min(offset, end) - start)
 
             for record, ts, first, chunks in self._reader.read_segment(
-                seg.topic, _PARTITION, thresh, on_corrupt, self.config.strict, on_position
+                seg.topic, _PARTITION, thresh, self._report_corrupt, self.config.strict,
+                on_position
             ):
                 yield record, ts, RecordHandle(seg.topic, _PARTITION, first, chunks)
+
+    def _report_corrupt(self, exc: CorruptRecordError) -> None:
+        self.corrupt_records += 1
+        if self._on_corrupt is not None:
+            self._on_corrupt(exc)
+        else:
+            log.warning("WAL %s: skipping a corrupt or foreign record: %s", self.name, exc)
+
+    def follow(self, poll_timeout_s: float = 1.0) -> KafkaLogFollower:
+        """A follower of this log (see :mod:`wal.follow`): ``read_all``'s records,
+        then the later ones. Corrupt records go where ``read_all`` sends them (raised
+        when ``strict``); closing this log closes its followers."""
+        self._check_open()
+        follower = KafkaLogFollower(self.bootstrap_servers, self.name, self.config,
+                                    self._report_corrupt, poll_timeout_s, self._threshold_ms)
+        self._followers.add(follower)
+        return follower
 
     def clean(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
         """Drop records older than ``thresh_time_ms`` (whole segments reclaimed).
@@ -462,6 +477,8 @@ class KafkaWriteAheadLog(WriteAheadLog):
                     log.error("WAL %s: %d frames unacknowledged at close", self.name, left)
         finally:
             self._stop_poller()
+            for follower in list(self._followers):
+                follower.close()
             self._cleaner.shutdown(wait=True)
             self._reader.close()
             # Release the librdkafka clients now rather than when this object is

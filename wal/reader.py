@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -104,13 +104,28 @@ def _at_high_watermark(consumer: Consumer, topic: str, partition: int, offset: i
     return high is not None and high > 0 and offset + 1 >= high
 
 
-# Every WalReader of this process, for release_topics.
-_READERS: weakref.WeakSet[WalReader] = weakref.WeakSet()
+class _Releasable(Protocol):
+    def release(self, topics: set[str]) -> None: ...
+
+
+# Every WalReader and log follower of this process, for release_topics.
+_READERS: weakref.WeakSet[_Releasable] = weakref.WeakSet()
 _READERS_LOCK = threading.Lock()
 
 
+def register_releasable(holder: _Releasable) -> None:
+    """Have :func:`release_topics` call ``holder.release(topics)`` before a deletion."""
+    with _READERS_LOCK:
+        _READERS.add(holder)
+
+
+def unregister_releasable(holder: _Releasable) -> None:
+    with _READERS_LOCK:
+        _READERS.discard(holder)
+
+
 def release_topics(topics: Iterable[str]) -> None:
-    """Close this process's reader consumers that fetched any of ``topics``.
+    """Close this process's reader and follower consumers that fetched any of ``topics``.
 
     Call it before deleting the topics.
 
