@@ -2,17 +2,23 @@
 
 ``KafkaWriteAheadLog`` stores records in rolling single-partition segment topics
 (``acks=all``, idempotent producer); ``BatchedWriteAheadLog`` groups concurrent
-writes into one record for the driver's events. See :mod:`wal.kafka_log` and
+writes into one record for the driver's events; ``EpochChainLog`` keeps the driver
+WAL of a highly available driver as one log per lease epoch. See :mod:`wal.kafka_log` and
 :mod:`wal.batched_log` for the numbered durability protocols.
 """
 
 from wal.base import WriteAheadLog
 from wal.batched_log import BatchedWriteAheadLog, deserialize_batch, serialize_batch
 from wal.config import KafkaWalConfig
+from wal.epoch_chain import EpochChainLog
 from wal.errors import (
+    BrokenChainError,
     CorruptRecordError,
+    EpochChainError,
+    EpochTakenError,
     RecordNotFoundError,
     RecordTooLargeError,
+    StaleFollowerError,
     UnknownRecordVersionError,
     WalBackpressureError,
     WalClosedError,
@@ -28,12 +34,17 @@ from wal.reader import WalReader
 __all__ = [
     "HANDLE_SCHEMA",
     "BatchedWriteAheadLog",
+    "BrokenChainError",
     "CorruptRecordError",
+    "EpochChainError",
+    "EpochChainLog",
+    "EpochTakenError",
     "KafkaWalConfig",
     "KafkaWriteAheadLog",
     "RecordHandle",
     "RecordNotFoundError",
     "RecordTooLargeError",
+    "StaleFollowerError",
     "UnknownRecordVersionError",
     "WalBackpressureError",
     "WalClosedError",

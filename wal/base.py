@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from types import TracebackType
 
-from wal.errors import WalError, WalReadError
+from wal.errors import EpochNotSupportedError, WalError, WalReadError
 from wal.handle import RecordHandle
 
 
@@ -50,6 +50,30 @@ class FollowGapError(WalReadError):
     """
 
 
+class FollowOverrunError(FollowGapError):
+    """The follower yielded records that ``read_all`` no longer yields.
+
+    What an old leader's late writes leave when a standby read them before it saw
+    the newer epoch's link (:mod:`wal.epoch_chain`): the records lie at or beyond the
+    ends the new leader recorded, so no replay counts them. The caller's state must
+    be rebuilt with a fresh replay.
+    """
+
+
+class FollowPositionError(WalError):
+    """``positions()`` was asked while records the caller has not taken are buffered."""
+
+
+@dataclass(frozen=True)
+class FollowPosition:
+    """Where a follower stands: the log it is reading (``log``, a KafkaWriteAheadLog
+    name) and, for every segment topic of that log it knows, the offset after the last
+    Kafka record it consumed (``offsets``; 0 for one it has not started)."""
+
+    log: str
+    offsets: Mapping[str, int] = field(default_factory=dict)
+
+
 class LogFollower(ABC):
     """Yields a log's replay, then its later records, in log order.
 
@@ -90,6 +114,15 @@ class LogFollower(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the broker clients; idempotent."""
+
+    def positions(self) -> FollowPosition:
+        """The log this follower reads now and how far it consumed each segment.
+
+        Meaningful once every record the follower consumed was returned to the caller,
+        as after a :meth:`drain_to_end` iterated to its end. An optional capability:
+        this default raises :class:`FollowNotSupportedError`.
+        """
+        raise FollowNotSupportedError(f"{type(self).__name__} has no positions")
 
     def __enter__(self) -> LogFollower:
         return self
@@ -155,6 +188,15 @@ class WriteAheadLog(ABC):
         """
         raise FollowNotSupportedError(f"{type(self).__name__} cannot be followed")
 
+    def begin_epoch(self, epoch: int, follower: LogFollower) -> None:
+        """Start writing lease epoch ``epoch``'s log after the log ``follower`` read.
+
+        An optional capability of a log kept as one log per epoch
+        (:class:`~wal.epoch_chain.EpochChainLog`); this default raises
+        :class:`~wal.errors.EpochNotSupportedError`.
+        """
+        raise EpochNotSupportedError(f"{type(self).__name__} has no lease epochs")
+
     def __enter__(self) -> WriteAheadLog:
         return self
 
@@ -196,3 +238,6 @@ class ForwardingWriteAheadLog(WriteAheadLog):
 
     def follow(self, poll_timeout_s: float = 1.0) -> LogFollower:
         return self.wrapped.follow(poll_timeout_s)
+
+    def begin_epoch(self, epoch: int, follower: LogFollower) -> None:
+        self.wrapped.begin_epoch(epoch, follower)

@@ -27,7 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from wal.base import LogFollower, ReplayProgress, WriteAheadLog
+from wal.base import FollowPosition, FollowPositionError, LogFollower, ReplayProgress, WriteAheadLog
 from wal.errors import (
     CorruptRecordError,
     UnknownRecordVersionError,
@@ -222,6 +222,15 @@ class BatchedWriteAheadLog(WriteAheadLog):
             log.warning("batched WAL: skipping a stored record that is not a group: %s", exc)
             return []
 
+    def begin_epoch(self, epoch: int, follower: LogFollower) -> None:
+        """The wrapped log's ``begin_epoch`` (:class:`~wal.epoch_chain.EpochChainLog`),
+        given ``follower`` as it is: this log's follower passes the wrapped follower's
+        positions through. Call it before any write through this object in the new
+        epoch: a group already queued may go to either epoch's log."""
+        if self._closed:
+            raise WalClosedError("BatchedWriteAheadLog is closed")
+        self.wrapped.begin_epoch(epoch, follower)
+
     def replay_progress(self) -> ReplayProgress | None:
         """The wrapped log's: it counts stored groups (and their chunks), whatever
         number of records each group holds."""
@@ -305,6 +314,17 @@ class UnpackingFollower(LogFollower):
             yield self._rest.popleft()
         for group in groups:
             yield from self._unpack(group)
+
+    def positions(self) -> FollowPosition:
+        """The wrapped follower's positions, which count whole groups: meaningful only
+        when every record of the groups it returned was taken, as after a
+        :meth:`drain_to_end` iterated to its end; raises
+        :class:`~wal.base.FollowPositionError` while records of a group are still held."""
+        if self._rest:
+            raise FollowPositionError(
+                f"{len(self._rest)} records of a group not taken yet: positions would "
+                "count them as read")
+        return self.inner.positions()
 
     def close(self) -> None:
         self._rest.clear()

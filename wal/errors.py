@@ -68,3 +68,25 @@ class TornRecordError(CorruptRecordError):
     write never returned, so no acknowledged record is lost by skipping it. The
     record that follows is read normally.
     """
+
+
+class EpochNotSupportedError(WalError):
+    """This log is not kept per lease epoch; ``begin_epoch`` does not apply to it."""
+
+
+class EpochChainError(WalError):
+    """Root of the errors of a log kept as one log per lease epoch (:mod:`wal.epoch_chain`)."""
+
+
+class EpochTakenError(EpochChainError):
+    """The log of the epoch to begin already holds records: another leader of that
+    epoch wrote there, which the lease rules out; refused rather than interleaved."""
+
+
+class StaleFollowerError(EpochChainError):
+    """``begin_epoch`` was given a follower that is not at the chain's newest linked
+    log, or an epoch that is not newer than it: the link would drop records."""
+
+
+class BrokenChainError(EpochChainError, WalReadError):
+    """A chain link names, as the log it continues, an epoch whose log has no valid link."""

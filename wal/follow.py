@@ -42,18 +42,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from wal import segments
-from wal.base import FollowGapError, FollowTimeoutError, LogFollower
+from wal.base import FollowPosition, FollowTimeoutError, LogFollower
 from wal.config import KafkaWalConfig
 from wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
+from wal.follow_checks import raise_on_bound_mismatch, raise_on_gaps
 from wal.framing import Reassembler, decode_frame
-from wal.reader import WalReader, consumer_config, register_releasable, unregister_releasable
+from wal.reader import consumer_config, register_releasable, unregister_releasable
 from wal.segments import Segment
 from walstream.kafka_logging import with_logger
 
@@ -76,11 +77,17 @@ class KafkaLogFollower(LogFollower):
     ones go to ``report`` and are skipped (raised for a strict log, as by ``read_all``).
     New segments are found by listing the broker's topics at most every
     ``metadata_interval_s``, and only when the follower waits for records.
+
+    Bounded (``ends`` given, or :meth:`bound` called): it reads only the segments
+    ``ends`` lists, each up to its end offset (exclusive), never a record whose
+    frames reach that end, and is :attr:`finished` after the last of them: how an
+    epoch chain reads an older epoch's log (:mod:`wal.epoch_chain`).
     """
 
     def __init__(self, bootstrap_servers: str, name: str, config: KafkaWalConfig,
                  report: Callable[[CorruptRecordError], None], poll_timeout_s: float = 1.0,
-                 threshold_ms: int = -1, metadata_interval_s: float = 0.5) -> None:
+                 threshold_ms: int = -1, metadata_interval_s: float = 0.5,
+                 ends: Mapping[str, int] | None = None) -> None:
         if poll_timeout_s <= 0 or metadata_interval_s <= 0:
             raise WalError("poll_timeout_s and metadata_interval_s must be > 0")
         self.name = name
@@ -115,6 +122,8 @@ class KafkaLogFollower(LogFollower):
         self._next_listing = 0.0
         self._caught_up = False
         self._drain_stop: tuple[str, float] | None = None  # (last topic, call time)
+        self._bound: dict[str, int] | None = None if ends is None else dict(ends)
+        self._yielded: dict[str, int] = {}  # segment -> offset after its last record yielded
         listing = self._list(config.read_timeout_s)
         if listing is None:
             raise WalReadError(f"WAL {name!r}: no topic list within {config.read_timeout_s}s")
@@ -140,10 +149,49 @@ class KafkaLogFollower(LogFollower):
     def caught_up(self) -> bool:
         return self._caught_up
 
+    @property
+    def finished(self) -> bool:
+        """True when bounded and every segment of the bound was read to its end."""
+        return self._bound is not None and self._cur is None and not self._pending
+
+    def positions(self) -> FollowPosition:
+        offsets = {t: pos for t, (_seg, pos) in self._left.items()}
+        offsets.update((t, 0) for t in self._behind)
+        offsets.update((s.topic, 0) for s in self._pending)
+        if self._cur is not None:
+            offsets[self._cur.topic] = self._pos
+        return FollowPosition(self.name, offsets)
+
+    def bound(self, ends: Mapping[str, int]) -> None:
+        """Read from now on only the segments in ``ends``, each up to its end, then finish.
+
+        Raises :class:`FollowOverrunError` when a record already yielded lies at or
+        beyond an end (or in a live segment ``ends`` leaves out), and
+        :class:`FollowGapError` when the follower left a segment, or passed one
+        behind it, before the end ``ends`` gives it: either way its caller's state no
+        longer matches the bounded log and must be rebuilt with a fresh replay.
+        """
+        self._check_open()
+        listing = self._list(self._config.read_timeout_s)
+        if listing is None:
+            raise FollowTimeoutError(
+                f"WAL {self.name!r}: no topic list within {self._config.read_timeout_s}s")
+        bound = self._bound = dict(ends)
+        self._absorb(listing)
+        self._pending = [s for s in self._pending if s.topic in bound]
+        live = {s.topic for s in segments.parse_topics(
+            listing, self._config.topic_prefix, self.name)[0] if s.end_ms > self._threshold}
+        passed = {t: pos for t, (_seg, pos) in self._left.items() if t in live}
+        passed.update((t, 0) for t in self._behind if t in live)
+        raise_on_bound_mismatch(
+            self.name, bound, {t: e for t, e in self._yielded.items() if t in live}, passed)
+
     def drain_to_end(self, timeout_s: float) -> Iterator[bytes]:
         self._check_open()
         called = time.monotonic()
         deadline = called + timeout_s
+        if self._bound is not None:
+            return self._drain_bounded(deadline)
         listing = self._list(max(0.05, timeout_s))
         if listing is None:
             raise FollowTimeoutError(f"WAL {self.name!r}: no topic list within {timeout_s}s")
@@ -176,6 +224,18 @@ class KafkaLogFollower(LogFollower):
         finally:
             self._drain_stop = None
 
+    def _drain_bounded(self, deadline: float) -> Iterator[bytes]:
+        while not self.finished:
+            record = self._next(deadline, wait=True)
+            if record is not None:
+                yield record
+            elif not self.finished:
+                self._check_open()
+                raise FollowTimeoutError(
+                    f"WAL {self.name!r}: the ends of the bound not reached within the drain's "
+                    f"bound (at {self._cur.topic if self._cur else None}@{self._pos})")
+        self._caught_up = True
+
     def close(self) -> None:
         self._stop.set()
         with self._lock:
@@ -207,6 +267,8 @@ class KafkaLogFollower(LogFollower):
                 and self._pos >= self._first_end)
 
     def _at_newest_end(self) -> bool:
+        if self._bound is not None:
+            return self.finished
         if self._pending:
             return False
         return self._cur is None or (self._end is not None and self._pos >= self._end)
@@ -222,6 +284,8 @@ class KafkaLogFollower(LogFollower):
                 if self._pending:
                     self._open(self._pending.pop(0))
                     continue
+                if self._bound is not None:
+                    return None  # finished: a bounded follower waits for nothing more
                 if self._refresh(deadline):
                     continue
                 if not wait or time.monotonic() >= deadline:
@@ -231,7 +295,11 @@ class KafkaLogFollower(LogFollower):
             if cur.topic in self._doomed or cur.end_ms <= self._threshold:
                 self._leave("cleaned")
                 continue
-            if self._pending and not self._stop_here(cur):
+            if self._bound is not None:
+                if self._pos >= self._bound.get(cur.topic, 0):
+                    self._leave(None)
+                    continue
+            elif self._pending and not self._stop_here(cur):
                 if self._opened_at < self._newer_since:
                     self._reopen()  # its ends may predate the newer segment
                     continue
@@ -280,6 +348,9 @@ class KafkaLogFollower(LogFollower):
             return None
         offset = int(msg.offset() or 0)
         self._read_any = True
+        if self._bound is not None and offset >= self._bound.get(cur.topic, 0):
+            self._pos = max(self._pos, self._bound.get(cur.topic, 0))  # left by _next
+            return None
         seen = offset < self._pos  # the record _reopen reads again for its end
         self._pos = max(self._pos, offset + 1)
         with self._lock:
@@ -305,6 +376,7 @@ class KafkaLogFollower(LogFollower):
             return None
         if record is None or int(msg.timestamp()[1]) < self._threshold:
             return None
+        self._yielded[cur.topic] = offset + 1
         return record
 
     def _learn_end(self, end: int) -> None:
@@ -409,6 +481,8 @@ class KafkaLogFollower(LogFollower):
             if s.topic in self._known or s.end_ms <= self._threshold:
                 continue
             self._known.add(s.topic)
+            if self._bound is not None and s.topic not in self._bound:
+                continue  # beyond the bound: never read
             if position is not None and s < position:
                 self._behind.add(s.topic)
                 log.warning("WAL %s: segment %s appeared behind the follower (at %s); "
@@ -429,23 +503,4 @@ class KafkaLogFollower(LogFollower):
         behind = {t: pos for t, (seg, pos) in self._left.items()
                   if seg.end_ms > self._threshold and t not in self._doomed}
         behind.update((t, 0) for t in self._behind if t not in self._doomed)
-        if not behind:
-            return
-        probe = WalReader(self._conf["bootstrap.servers"], self._config.read_timeout_s,
-                          {**self._config.client_config, **self._config.consumer_config},
-                          self._config.max_record_bytes)
-        try:
-            topics = sorted(behind)
-            extents = probe.segment_extents(
-                topics, _PARTITION, max(0.1, deadline - time.monotonic()))
-        finally:
-            probe.close()
-        for topic in topics:
-            if topic not in extents:
-                raise FollowTimeoutError(
-                    f"WAL {self.name!r}: no end of {topic} within the drain's bound")
-            if extents[topic][1] > behind[topic]:
-                raise FollowGapError(
-                    f"WAL {self.name!r}: {topic} ends at offset {extents[topic][1]}, after "
-                    f"offset {behind[topic]} where the follower left it: a write raced a "
-                    "segment roll; replay the log again")
+        raise_on_gaps(self.name, self._conf["bootstrap.servers"], self._config, behind, deadline)
