@@ -269,7 +269,8 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
     lines = [
         "# Peer benchmark: Spark's own receiver WAL vs walstream", "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
-        f"`python -m bench.peer_bench --size {size} --runs {len(a.rates)}` "
+        f"`python -m bench.peer_bench --size {size} --runs {len(a.rates)}"
+        f"{' --metrics-baseline' if len(results) > 2 else ''}` "
         f"({elapsed:.0f} s in all). Cells: **median [min, max]** over the runs.", "",
         "## Machine", "", md_facts(facts), "",
         "## Configuration", "",
