@@ -52,11 +52,13 @@ from driver.rate_controller import PIDRateEstimator, RateController
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from driver.status_server import StatusServer, serve_status
+from driver.tracker_tail import TrackerTail
 from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WriteAheadLog
+from wal.base import FollowGapError
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,12 @@ class StreamingEngine:
         self._tracker: ReceivedBlockTracker | None = None
         self._generator: JobGenerator | None = None
         self._receiver_tracker: ReceiverTracker | None = None
+        # High availability: the lease epoch this engine leads (0 without HA), a
+        # standby's tracker and tail, and the lease check run before each WAL clean.
+        self.epoch = 0
+        self._standby_wal: WriteAheadLog | None = None
+        self._tail: TrackerTail | None = None
+        self.lease_check: Callable[[], None] | None = None
         self._started = False
         self._stopped = threading.Event()
         self._wake = threading.Event()  # stopped, or a job failed
@@ -215,6 +223,10 @@ class StreamingEngine:
             # or after that batch's time, and cleanup removes only what is older than
             # the threshold: one interval before the oldest pending batch keeps them.
             thresh = min(thresh, pending[0] - self.config.batch_interval_ms)
+        if self.lease_check is not None:
+            # A clean deletes topics, which no epoch cut can undo: only while this
+            # driver still holds the lease (checked right before; it raises if not).
+            self.lease_check()
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)
         if self.config.metrics_enabled:
@@ -237,22 +249,90 @@ class StreamingEngine:
         with self._recover_lock:
             if self._tracker is not None:
                 return
-            wal: WriteAheadLog = BatchedWriteAheadLog(KafkaWriteAheadLog(
-                self.config.bootstrap_servers, f"{self.config.app_id}-driver",
-                **self.config.wal_options))
-            if self.config.metrics_enabled:
-                wal = MeteredWriteAheadLog(wal, f"{self.config.app_id}-driver", self.metrics)
-            tracker = ReceivedBlockTracker(self._stream_ids, wal)  # replays the WAL
+            tracker = ReceivedBlockTracker(self._stream_ids, self._driver_wal())  # replays
             record_recovery(self.metrics, tracker, self._stream_ids)
             _dump_recovered_state(tracker)
-            self._generator = JobGenerator(
-                tracker, self.config.batch_interval_ms, self._generate_jobs, self.scheduler,
-                cleanup=self._cleanup, checkpointer=self._checkpointer,
-                before_allocate=self._before_allocate,
-                allocate_retries=self.config.allocate_retries,
-                allocate_backoff_ms=self.config.allocate_backoff_ms,
-                on_fatal=self._on_fatal)
-            self._tracker = tracker
+            self._build_generator(tracker)
+
+    def _driver_wal(self) -> WriteAheadLog:
+        """The driver WAL: one log, or under HA one log per lease epoch chained by
+        the cut each new leader writes (wal/epoch_chain.py), where an old leader's
+        late writes can never land before the cut."""
+        name = f"{self.config.app_id}-driver"
+        inner: WriteAheadLog
+        if self.config.ha is not None:
+            from wal.epoch_chain import EpochChainLog
+
+            inner = EpochChainLog(self.config.bootstrap_servers, name, epoch=0,
+                                  **self.config.wal_options)
+        else:
+            inner = KafkaWriteAheadLog(self.config.bootstrap_servers, name,
+                                       **self.config.wal_options)
+        wal: WriteAheadLog = BatchedWriteAheadLog(inner)
+        if self.config.metrics_enabled:
+            wal = MeteredWriteAheadLog(wal, name, self.metrics)
+        return wal
+
+    def _build_generator(self, tracker: ReceivedBlockTracker) -> None:
+        self._generator = JobGenerator(
+            tracker, self.config.batch_interval_ms, self._generate_jobs, self.scheduler,
+            cleanup=self._cleanup, checkpointer=self._checkpointer,
+            before_allocate=self._before_allocate,
+            allocate_retries=self.config.allocate_retries,
+            allocate_backoff_ms=self.config.allocate_backoff_ms,
+            on_fatal=self._on_fatal)
+        self._tracker = tracker
+
+    # -- high availability (driver/ha.py drives these) ---------------------------
+
+    def stand_by(self) -> None:
+        """A hot standby's tracker: the driver WAL's chain replayed and then followed
+        as the leader appends (driver/tracker_tail.py); no generator, no endpoint."""
+        with self._recover_lock:
+            if self._tail is not None or self._tracker is not None:
+                return
+            self._tail = self._follow_driver_wal().start()
+
+    def _follow_driver_wal(self) -> TrackerTail:
+        wal = self._standby_wal = self._driver_wal()
+        tracker = ReceivedBlockTracker(self._stream_ids, wal, recover_from_wal=False)
+        return TrackerTail(tracker, wal.follow())
+
+    def take_over(self, epoch: int, timeout_s: float) -> None:
+        """Lead epoch ``epoch`` (won, sinks and checkpoints fenced by the caller):
+
+        1. Stop following and read the driver WAL to its end: the tracker holds
+           every event the old leader logged so far.
+        2. Begin this epoch's log, its first record the cut: the end offsets of
+           the log read in 1. An old leader's later writes land in its own log
+           beyond those ends, which no reader takes.
+        3. Log ``EpochStarted(epoch)`` in it; every event from now carries the epoch.
+        4. Build the job generator over this tracker; :meth:`start` follows.
+
+        A follower that found a write out of order in 1 (``FollowGapError``) is not
+        trusted: the tracker is then rebuilt by a replay of the whole chain."""
+        self.stand_by()  # a leader from the start replays through the same path
+        tail, wal = self._tail, self._standby_wal
+        assert tail is not None and wal is not None
+        try:
+            tail.finish(timeout_s)                                             # 1
+        except FollowGapError as exc:
+            log.warning("takeover: the driver WAL tail met a write out of order (%s); "
+                        "replaying the whole log instead", exc)
+            tail.close()
+            wal.close()
+            tail = self._follow_driver_wal()
+            wal = self._standby_wal
+            assert wal is not None
+            tail.finish(timeout_s)
+        wal.begin_epoch(epoch, tail.follower)                                  # 2
+        tail.follower.close()
+        self._tail = None
+        tail.tracker.start_epoch(epoch)                                        # 3
+        self.epoch = epoch
+        record_recovery(self.metrics, tail.tracker, self._stream_ids)
+        with self._recover_lock:
+            self._build_generator(tail.tracker)                                # 4
 
     def live(self) -> Live:
         """What the metrics read when scraped: batches not done, receivers now."""
@@ -313,7 +393,8 @@ class StreamingEngine:
             self.config.endpoint_bind_host or self.config.endpoint_host,
             self.config.endpoint_port, listener=self._on_receiver_event,
             advertised_host=self.config.endpoint_host,
-            credentials=self.config.endpoint_credentials(), tls=self.config.endpoint_tls,
+            credentials=self.config.endpoint_credentials(self.epoch),
+            tls=self.config.endpoint_tls,
             on_figures=self._on_receiver_figures if self.config.metrics_enabled else None)
         self.bus.start()                                                        # 3
         self._start_status_server()
@@ -381,8 +462,12 @@ class StreamingEngine:
             if self._receiver_tracker is not None:
                 self._receiver_tracker.stop()
             self.bus.stop()
+            if self._tail is not None:
+                self._tail.close()
             if self._tracker is not None:
                 self._tracker.stop()
+            elif self._standby_wal is not None:
+                self._standby_wal.close()
         finally:
             self._stopped.set()
             self._wake.set()

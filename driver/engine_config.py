@@ -19,6 +19,7 @@ from driver.endpoint_conf import (
     endpoint_tls,
     spark_auth_secret,
 )
+from driver.ha_conf import HaConfig
 from driver.job_generator import DEFAULT_ALLOCATE_BACKOFF_MS, DEFAULT_ALLOCATE_RETRIES
 from driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
 from driver.status_server import ui_address
@@ -74,6 +75,9 @@ class EngineConfig:
     # spark.walstream.metrics.enabled=false: no metrics listener, no metered WAL and
     # no status server (the baseline of what the metrics cost).
     metrics_enabled: bool = True
+    # spark.walstream.ha.enabled=true: a lease decides leader and hot standby
+    # (driver/ha.py); None: a driver on its own, as without HA.
+    ha: HaConfig | None = None
 
     def __post_init__(self) -> None:
         check_max_block_bytes(self.max_block_bytes)
@@ -120,13 +124,17 @@ class EngineConfig:
         kw.setdefault("ui_port", ui[1] if ui else -1)
         kw.setdefault("metrics_enabled",
                       conf.get(CONF_METRICS_ENABLED, "true").strip().lower() != "false")
+        kw.setdefault("ha", HaConfig.from_spark_conf(conf, str(kw.get("app_id", ""))))
         return cls(**kw)
 
-    def endpoint_credentials(self) -> EndpointCredentials:
+    def endpoint_credentials(self, epoch: int = 0) -> EndpointCredentials:
         """The endpoint's keys: derived from :attr:`endpoint_secret` for this
-        application's id, or from a secret generated now (one per engine start)."""
+        application's id (and, above epoch 0, its lease epoch: the receivers of an
+        earlier leader hold keys the new leader's endpoint refuses), or from a secret
+        generated now (one per engine start)."""
         if self.endpoint_secret:
-            return EndpointCredentials.from_secret(self.endpoint_secret, self.app_id)
+            context = self.app_id if epoch == 0 else f"{self.app_id}#epoch{epoch}"
+            return EndpointCredentials.from_secret(self.endpoint_secret, context)
         return EndpointCredentials.generate()
 
     def generator_config(self) -> BlockGeneratorConfig:

@@ -10,6 +10,7 @@ detached (it outlives this driver, so a restarted driver finds its WALs).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -25,14 +26,17 @@ from typing import Any, ClassVar
 from pyspark.storagelevel import StorageLevel
 
 from checkpoint.data import CheckpointData
+from checkpoint.errors import CheckpointFencedError
 from checkpoint.files import CheckpointWriter, prepare_directory
 from driver.driver_gc import PeriodicDriverGC
+from driver.driver_streams import before_allocate, clean_driver_streams, log_ends
 from driver.dstream import DStream
 from driver.durations import to_ms
 from driver.engine import StreamingEngine
 from driver.engine_config import EngineConfig
 from driver.graph import DStreamGraph
 from driver.graph_pickle import dumps_graph, pickle_graph
+from driver.ha_context import HighAvailabilityMixin
 from driver.listener import StreamingListener
 from driver.recovery import (
     POLICY_KEY,
@@ -79,24 +83,7 @@ class StreamingContextState(StrEnum):
     STOPPED = "stopped"
 
 
-def _before_allocate(streams: list[Any], t: int) -> None:
-    for stream in streams:
-        stream.before_allocate(t)
-
-
-def _clean_driver_streams(streams: list[Any], thresh_ms: int) -> None:
-    for stream in streams:
-        if hasattr(stream, "clean"):
-            stream.clean(thresh_ms)
-
-
-def _log_ends(streams: list[Any]) -> dict[tuple[str, int], int]:
-    """The direct streams' source partitions and their log ends, as last probed."""
-    return {k: v for stream in streams if hasattr(stream, "log_ends")
-            for k, v in stream.log_ends().items()}
-
-
-class StreamingContext:
+class StreamingContext(HighAvailabilityMixin):
     """PySpark's StreamingContext: ``StreamingContext(sparkContext, batchDuration)``."""
 
     _active: ClassVar[StreamingContext | None] = None
@@ -215,16 +202,21 @@ class StreamingContext:
            not recover fails here, before any WAL, port or thread exists.
         3. Build the engine's config from the Spark conf (bad settings fail here too) and
            warm the executors' Python workers (that overlaps the replay in step 6).
-        4. Initialize the graph at its zero time: the checkpoint's on a restart, so
-           windows land on the same times as before the crash.
-        5. Construct the checkpoint writer and the engine.
-        6. Replay the driver WAL into the block tracker: the queues and allocations are
+        4. Construct the checkpoint writer and the engine.
+        5. Replay the driver WAL into the block tracker: the queues and allocations are
            the logged ones before anything can add to them.
+        6. Initialize the graph at its zero time: the checkpoint's on a restart, so
+           windows land on the same times as before the crash; the engine then
+           remembers as long as the graph needs.
         7. On a restart, restore the state RDDs and choose the batches to resubmit.
-           Step 6 comes first because a batch allocated (logged) after the last
+           Step 5 comes first because a batch allocated (logged) after the last
            durable checkpoint is pending whatever the down-time policy says.
         8. Start the engine at the first new batch time: endpoint, receivers, timer.
         9. Start the periodic driver GC; the context is active.
+
+        With ``spark.walstream.ha.enabled=true`` steps 5-8 run only once this process
+        leads (driver/ha.py): a standby builds the engine (4) and follows the driver
+        WAL until it takes over; a leader runs 5-8 after fencing.
         """
         with StreamingContext._active_lock:
             self._check_can_start()                                     # 1
@@ -233,21 +225,32 @@ class StreamingContext:
             apply_log_format(conf)  # the app's log format before anything logs
             cfg = self._engine_config(conf)                             # 3
             warm_up_workers(self._sc, conf)
-            first = (int(time.time() * 1000) // self._batch_ms + 1) * self._batch_ms
-            data = self._recovered
-            self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)  # 4
-            cfg = EngineConfig(**{**cfg.__dict__, "remember_ms": self._graph.max_remember_ms()})
-            engine = self._engine = self._build_engine(cfg)            # 5
-            engine.recover()                                            # 6
-            resubmit: list[int] = []
-            if data is not None:                                        # 7
-                restore_state(self._sc, self._graph, data)
-                resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"),
-                                             engine.tracker.allocated_batch_times())
-            engine.start(first, resubmit=resubmit)                      # 8
+            if cfg.ha is not None:
+                self._start_highly_available(cfg, conf)
+            else:
+                self._engine = self._build_engine(cfg)                  # 4
+                self._engine.recover()                                  # 5
+                self._run_engine(self._recovered, conf)                 # 6, 7, 8
             self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)  # 9
             self._state = StreamingContextState.ACTIVE
             StreamingContext._active = self
+
+    def _run_engine(self, data: CheckpointData | None, conf: dict[str, str]) -> None:
+        """Steps 6, 7 and 8 of :meth:`start` over the recovered engine: the graph at
+        its zero time (the checkpoint's on a restart), the restored state and the
+        batches to resubmit, then the engine started at the next batch time."""
+        engine = self._engine
+        assert engine is not None
+        first = (int(time.time() * 1000) // self._batch_ms + 1) * self._batch_ms
+        self._graph.initialize(data.zero_time_ms if data else first - self._batch_ms)  # 6
+        engine.config = dataclasses.replace(engine.config,
+                                            remember_ms=self._graph.max_remember_ms())
+        resubmit: list[int] = []
+        if data is not None:                                            # 7
+            restore_state(self._sc, self._graph, data)
+            resubmit = times_to_resubmit(data, first, conf.get(POLICY_KEY, "all"),
+                                         engine.tracker.allocated_batch_times())
+        engine.start(first, resubmit=resubmit)                          # 8
 
     def _check_can_start(self) -> None:
         if self._state is StreamingContextState.ACTIVE:
@@ -295,10 +298,10 @@ class StreamingContext:
             self._sc, cfg, receivers, self._graph.generate_jobs,
             clear_metadata=self._graph.clear_metadata, checkpointer=checkpointer,
             driver_stream_ids=[d.stream_id for d in direct],
-            before_allocate=functools.partial(_before_allocate, direct),
-            clean_driver_streams=functools.partial(_clean_driver_streams, direct),
+            before_allocate=functools.partial(before_allocate, direct),
+            clean_driver_streams=functools.partial(clean_driver_streams, direct),
             on_fatal=self._stop_on_fatal_error)
-        engine.metrics.set_source_ends(functools.partial(_log_ends, direct))
+        engine.metrics.set_source_ends(functools.partial(log_ends, direct))
         for listener in self._listeners:
             engine.add_listener(listener)
         return engine
@@ -318,7 +321,9 @@ class StreamingContext:
         threading.Thread(target=stop, name="stop-streaming-context", daemon=True).start()
 
     def _on_checkpoint_error(self, exc: BaseException) -> None:
-        if self._engine is not None:
+        if isinstance(exc, CheckpointFencedError):
+            self._on_lease_lost(exc)  # a newer leader fenced the checkpoints
+        elif self._engine is not None:
             self._engine.scheduler.report_error("checkpoint failed", exc)
 
     def _write_checkpoint(self, t: int, on_done: Callable[[], None] | None) -> None:
@@ -364,6 +369,8 @@ class StreamingContext:
                     self._sc.stop()
                 return
             try:
+                # First: a leader's release lets a standby take over at once.
+                self._stop_highly_available()
                 if self._driver_gc is not None:
                     self._driver_gc.stop()
                 if self._engine is not None:

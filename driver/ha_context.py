@@ -1,0 +1,98 @@
+"""The StreamingContext's side of high availability (driver/ha.py): how ``start()``
+becomes a leader or a hot standby, and what a new leader does before its first batch.
+
+Kept apart from driver/streaming_context.py, whose ``StreamingContext`` mixes
+:class:`HighAvailabilityMixin` in; nothing here runs without
+``spark.walstream.ha.enabled=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from checkpoint.data import CheckpointData
+from checkpoint.files import CheckpointWriter, read_latest, write_fence
+from driver.engine_config import EngineConfig
+from driver.ha import HighAvailability
+from driver.kafka_sink import fence_sinks, kafka_sinks_of, set_sink_epoch
+from driver.recovery import check_compatible
+from walstream.kafka_settings import settings_from_conf
+
+if TYPE_CHECKING:
+    from driver.engine import StreamingEngine
+    from driver.graph import DStreamGraph
+
+log = logging.getLogger(__name__)
+
+
+class HighAvailabilityMixin:
+    """Leader-or-standby start and the takeover steps 2-5 of driver/ha.py."""
+
+    _engine: StreamingEngine | None
+    _graph: DStreamGraph
+    _checkpoint_dir: str | None
+    _checkpoint_writer: CheckpointWriter | None
+    _recovered: CheckpointData | None
+    _ha: HighAvailability | None = None
+    _ha_lock: threading.Lock
+
+    if TYPE_CHECKING:  # provided by StreamingContext
+        def _build_engine(self, cfg: EngineConfig) -> StreamingEngine: ...
+        def _run_engine(self, data: CheckpointData | None, conf: dict[str, str]) -> None: ...
+        def _on_checkpoint_error(self, exc: BaseException) -> None: ...
+        def _stop_on_fatal_error(self, exc: BaseException) -> None: ...
+        def recovery_view(self) -> Any: ...
+
+    def _start_highly_available(self, cfg: EngineConfig, conf: dict[str, str]) -> None:
+        """Build the engine, then lead (takeover steps run now) or stand by."""
+        assert cfg.ha is not None
+        self._ha_lock = threading.Lock()
+        engine = self._engine = self._build_engine(cfg)
+        self._ha = HighAvailability(
+            cfg.ha, cfg.bootstrap_servers, conf,
+            lead=lambda epoch: self._lead(epoch, conf), stand_by=engine.stand_by,
+            on_lost=self._on_lease_lost)
+        role = self._ha.start()
+        log.info("high availability: this driver is the %s", role)
+
+    def _lead(self, epoch: int, conf: dict[str, str]) -> None:
+        """Takeover steps 2-5 of driver/ha.py for ``epoch`` (won in step 1)."""
+        engine, ha = self._engine, self._ha
+        assert engine is not None and ha is not None
+        with self._ha_lock:
+            timeout_s = ha.config.takeover_timeout_s
+            engine.lease_check = ha.check
+            set_sink_epoch(epoch)
+            sinks = kafka_sinks_of(*(out._func for out in self._graph.outputs))
+            if sinks:                                                           # 2
+                fence_sinks(sinks, epoch, kafka_conf=settings_from_conf(conf),
+                            timeout_s=timeout_s)
+            data = self._recovered
+            if self._checkpoint_dir is not None:                                # 3
+                write_fence(self._checkpoint_dir, epoch)
+                self._checkpoint_writer = CheckpointWriter(
+                    self._checkpoint_dir, on_error=self._on_checkpoint_error, epoch=epoch)
+                # The newest checkpoint the fence admits: the old leader may have
+                # written several since this process read one at its start.
+                data = read_latest(self._checkpoint_dir)
+                if data is not None and data is not self._recovered:
+                    check_compatible(self.recovery_view(), data)
+                    self._recovered = data
+            engine.take_over(epoch, timeout_s)                                   # 4
+            self._run_engine(data, conf)                                         # 5
+
+    def _on_lease_lost(self, exc: BaseException) -> None:
+        """This driver no longer leads (fenced, or it could not renew) or could not take
+        over: ``awaitTermination`` raises ``exc`` and the context stops; nothing it
+        would still write counts (the epoch cuts)."""
+        engine = self._engine
+        if engine is not None:
+            engine.scheduler.report_error("high availability", exc, original=True)
+        self._stop_on_fatal_error(exc)
+
+    def _stop_highly_available(self) -> None:
+        ha, self._ha = self._ha, None
+        if ha is not None:
+            ha.stop()

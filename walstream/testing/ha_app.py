@@ -1,0 +1,98 @@
+"""A word count run twice at once under high availability: one leader, one hot standby.
+
+``python -m walstream.testing.ha_app CHECKPOINT_DIR OUT_DIR --sink TOPIC --total N``
+runs ``StreamingContext.getOrCreate`` with ``spark.walstream.ha.enabled=true``: a
+deterministic generator receiver (exactly once across takeovers) -> words ->
+per-batch counts to the ``TOPIC`` Kafka topic through :class:`driver.KafkaSink`,
+and ``updateStateByKey`` running totals, written to ``OUT_DIR/totals.json`` keyed
+by nothing (each batch replaces it). Every process started with the same
+checkpoint directory shares the app id, so the first to claim the lease leads and
+the others stand by. ``OUT_DIR/progress.jsonl`` gets each completed batch with the
+process id (:func:`~walstream.testing.chaos_app.progress_recorder`);
+``OUT_DIR/roles.jsonl`` each process's role when its start returned. The process
+logs at INFO to standard error (the test reads the takeover lines there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from walstream.testing import chaos_app
+from walstream.testing.recovery_app import _write, expected_counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="ha_app")
+    ap.add_argument("checkpoint")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--sink", required=True)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--total", type=int, default=20000)
+    ap.add_argument("--rate", type=float, default=500)
+    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--batch", type=float, default=1.0)
+    ap.add_argument("--lease-timeout", default="1s")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    expected_total = sum(expected_counts(args.seed, args.total).values())
+
+    from pyspark import SparkConf, SparkContext
+
+    from driver import KafkaSink, StreamingContext
+    from driver.spark import spark_environment
+    from receiver.rate_receiver import RateGeneratorReceiver
+
+    out, sink_topic, bootstrap = str(args.out), args.sink, args.bootstrap
+
+    def setup() -> StreamingContext:
+        ssc = StreamingContext(SparkContext.getOrCreate(), args.batch)
+        ssc.checkpoint(args.checkpoint)
+        lines = ssc.receiverStream(RateGeneratorReceiver(args.rate, args.seed, args.total))
+        words = lines.flatMap(lambda line: line.split())
+        pairs = words.map(lambda w: (w, 1))
+        pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(
+            KafkaSink(bootstrap, sink_topic, value=lambda kv: f"{kv[0]}\t{kv[1]}"))
+
+        def update(new: list[int], old: int | None) -> int:
+            return sum(new) + (old or 0)
+
+        totals = pairs.updateStateByKey(update, 1)
+        totals.checkpoint(2 * args.batch)
+
+        def save_totals(t: Any, rdd: Any) -> None:
+            state = dict(rdd.collect())
+            _write(Path(out) / "totals.json", state)
+            if sum(state.values()) >= expected_total:
+                (Path(out) / "done").touch()
+
+        totals.foreachRDD(save_totals)
+        return ssc
+
+    spark_environment()
+    conf = (SparkConf().setMaster(os.environ.get("WALSTREAM_SPARK_MASTER", "local[2]"))
+            .setAppName("ha-app").set("spark.ui.enabled", "false")
+            .set("spark.walstream.ha.enabled", "true")
+            .set("spark.walstream.ha.leaseTimeout", args.lease_timeout)
+            .set("spark.walstream.kafka.bootstrapServers", bootstrap))
+    SparkContext.getOrCreate(conf).setLogLevel("ERROR")
+    ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
+    ssc.addStreamingListener(chaos_app.progress_recorder(args.out))
+    ssc.start()
+    ha = ssc._ha  # the test app reports its role
+    role = ha.role if ha is not None else "none"
+    with open(args.out / "roles.jsonl", "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "role": role, "wall": time.time()}) + "\n")
+    ssc.awaitTermination()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
