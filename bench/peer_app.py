@@ -2,7 +2,7 @@
 
 Run by ``bench.peer_bench`` as a subprocess::
 
-    python -c 'import sys, bench.peer_app as a; sys.exit(a.main())' --impl spark|ours \
+    python -c 'import sys, bench.peer_app as a; sys.exit(a.main())' --impl spark|ours|ours-ha \
         --port P --batch-s 1 --checkpoint DIR --out F [--block-interval-ms MS] \
         [--extra-ports P2,P3,... --master local[N]]
 
@@ -25,6 +25,12 @@ The two variants differ only in their import lines, as a user's port would:
 (``spark.streaming.receiver.writeAheadLog.enable=true``, checkpoint on local disk,
 a non-replicated serialized storage level as Spark's guide recommends with the WAL);
 ``--impl ours`` is ``driver`` (blocks in the Kafka WAL of ``KAFKA_BOOTSTRAP_SERVERS``).
+``--impl ours-ha`` is ``ours`` with ``spark.walstream.ha.enabled=true`` and nothing
+else changed: the same command started twice with the same checkpoint gives a
+leader and a hot standby (the failover benchmark). When ``PEER_ROLES`` names a
+file, each process appends ``{"pid", "role", "wall"}`` to it once its ``start()``
+returned (``leader``, ``standby``, or ``none`` without high availability): a
+standby's ``start()`` returns once it stands by warm.
 
 Per completed batch one JSON line goes to ``--out``: batch time, records, scheduling,
 processing and total delay (ms), the words the batch counted (the sum of its
@@ -58,9 +64,21 @@ def _record(t: Any, rdd: Any) -> None:
         _WORDS[round(t.timestamp() * 1000)] = int(n)
 
 
+def _report_role(ssc: Any) -> None:
+    """Append this process's role to the file named by ``PEER_ROLES``, if any."""
+    path = os.environ.get("PEER_ROLES", "")
+    if not path:
+        return
+    ha = getattr(ssc, "_ha", None)  # the benchmark app reports its role, as ha_app does
+    role = str(ha.role) if ha is not None else "none"
+    with open(path, "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "role": role, "wall": time.time()}) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--impl", choices=["spark", "ours", "ours-nometrics"], required=True)
+    ap.add_argument("--impl", choices=["spark", "ours", "ours-nometrics", "ours-ha"],
+                    required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--batch-s", type=float, default=1.0)
     ap.add_argument("--master", default="local[3]")
@@ -90,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 .set("spark.streaming.stopGracefullyOnShutdown", "false")
                 .set("spark.walstream.metrics.enabled",
                      "false" if args.impl == "ours-nometrics" else "true"))
+        if args.impl == "ours-ha":
+            conf.set("spark.walstream.ha.enabled", "true")
         sc = SparkContext(conf=conf)
         ssc = StreamingContext(sc, args.batch_s)
         ssc.checkpoint(args.checkpoint)
@@ -126,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ssc.start()
     logging.getLogger("peer_app").info("context started")
+    _report_role(ssc)
     print(f"peer app started on {ssc.sparkContext.master}", file=sys.stderr, flush=True)
     while not stop.wait(0.5):
         pass

@@ -3,8 +3,21 @@
 Usage (from the repo root)::
 
     python -m bench.recovery_bench [--size small|full] [--runs N] [--backlogs B ...] \
-        [--history-s S] [--receivers R] [--impls spark ours] \
+        [--history-s S] [--receivers R] [--impls spark ours [ours-ha]] \
         [--out bench/results/RESULTS-recovery.md]
+
+``--impls ... ours-ha`` adds a third system, run in the same loop (runs
+interleaved with the other two): the same app under high availability, a leader
+and a hot standby, the leader SIGKILLed at the same backlog and the standby taking
+over without any restart (``bench/failover_bench.py``); the results file then has
+a failover section (``bench/failover_render.py``) with its ratios to both restarts,
+the target (median first batch at most 2 s at every backlog) met or missed, and
+the standby's CPU and memory while it stood by. Without ``ours-ha`` nothing changes.
+The failover run of the issue is::
+
+    python -m bench.recovery_bench --size full --backlogs 100 1000 10000 \
+        --receivers 10 --restart-timeout 150 --impls spark ours ours-ha \
+        --out bench/results/RESULTS-failover.md
 
 ``make bench`` runs it five times: ``--size full`` (10^2 and 10^3 blocks, 3 runs,
 one minute of history, one receiver); 10^4 blocks (3 runs) and 10^5 blocks (1 run)
@@ -60,7 +73,6 @@ import json
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +87,7 @@ from bench.common import (
     machine_info,
     write_results,
 )
+from bench.failover_bench import measure_failover
 from bench.peer_apps import ROOT, App, LineServer, Phase, wait_connected
 from bench.recovery_render import plot, plot_kill, render
 from bench.recovery_runs import (
@@ -89,6 +102,7 @@ from bench.recovery_runs import (
     compared,
     load_earlier,
     prefill,
+    send_all,
 )
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -111,18 +125,6 @@ def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
 
 
 History = Callable[[App, LineServer], None]
-
-
-def _send_all(servers: list[LineServer], rate: float, seconds: float) -> int:
-    """``rate`` lines/s split evenly over ``servers`` for ``seconds``; lines sent."""
-    phases = [Phase(rate / len(servers)) for _ in servers]
-    threads = [threading.Thread(target=s.run_phase, args=(ph, seconds), daemon=True)
-               for s, ph in zip(servers, phases, strict=True)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(ph.sent for ph in phases)
 
 
 def measure(impl: str, bootstrap: str, workdir: Path, backlog: int,
@@ -204,7 +206,7 @@ class _Run:
         done_ms = max((b["t"] for b in app.batches()), default=0)
         self.gate.touch()  # 2. backlog
         backlog_s = res.backlog_target * self.block_ms / 1000 / self.receivers
-        res.backlog_lines = _send_all(self.servers, RATE, backlog_s)
+        res.backlog_lines = send_all(self.servers, RATE, backlog_s)
         time.sleep(2 * self.block_ms / 1000 + 0.5)  # the last block is stored and reported
         killed_ms = time.time() * 1000
         app.kill()  # 3. crash
@@ -259,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=1,
                     help="kills per run (step 5): after a restart caught up, the app runs "
                          f"{SETTLE_S:.0f} s more and is killed again with the same backlog")
-    ap.add_argument("--impls", nargs="+", choices=("spark", "ours"),
-                    default=["spark", "ours"], help="systems to measure (default both)")
+    ap.add_argument("--impls", nargs="+", choices=("spark", "ours", "ours-ha"),
+                    default=["spark", "ours"],
+                    help="systems to measure (default spark and ours); ours-ha adds the "
+                         "failover to a hot standby (bench/failover_bench.py) and its "
+                         "section in the results file")
     ap.add_argument("--append", action="store_true",
                     help="add these runs to those in --out's .json (same CPU and "
                          "configuration, else refused before measuring)")
@@ -273,11 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.kills < 1:
         ap.error("--kills must be at least 1")
     cfg["kills"] = args.kills
+    if "ours-ha" in args.impls and args.kills > 1:
+        ap.error("--kills > 1 is not supported with ours-ha (one failover per run)")
     if args.history_s is not None:
         cfg["history_s"] = args.history_s
     runs = args.runs or int(cfg["runs"])
     backlogs = args.backlogs or list(cfg["backlogs"])
-    cells = {(impl, b): Cell() for impl in ("spark", "ours") for b in backlogs}
+    kinds = ("spark", "ours", *(["ours-ha"] if "ours-ha" in args.impls else []))
+    cells = {(impl, b): Cell() for impl in kinds for b in backlogs}
     earlier = None
     if args.append:  # checked before an hour is spent measuring
         try:
@@ -299,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
                     for impl in args.impls:  # interleaved: drift hits both alike
                         log(f"run {i + 1}/{runs}: {impl}, backlog {b}")
                         c = cells[(impl, b)]
+                        if impl == "ours-ha":
+                            c.add(measure_failover(broker.bootstrap, workdir, b,
+                                                   cfg["history_s"], args.restart_timeout,
+                                                   block_ms=args.block_ms,
+                                                   receivers=args.receivers))
+                            continue
                         for r in measure(impl, broker.bootstrap, workdir, b,
                                          cfg["history_s"],
                                          restart_timeout_s=args.restart_timeout,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import failover_render
 from bench.common import Stat, finish_plot, md_facts, md_table, pyplot, with_gaps
 from bench.peer_apps import impl_label
 from bench.recovery_runs import (
@@ -40,6 +41,10 @@ def _jvm_line() -> str:
     return f"(a) as Spark ships it; (b) {ours}"
 
 
+def _label(impl: str) -> str:
+    return failover_render.LABEL if impl == failover_render.IMPL else impl_label(impl)
+
+
 def _fmt(values: list[float], digits: int = 1) -> str:
     ok = [v for v in values if v == v]
     return Stat.of(ok).fmt(digits) if ok else "n/a"
@@ -59,14 +64,15 @@ def plot(cells: dict[tuple[str, int], Cell], backlogs: list[int], path: Path) ->
     if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(8, 5))
-    for impl in ("spark", "ours"):
-        if not all(cells[(impl, b)].blocks for b in backlogs):
+    for impl in ("spark", "ours", failover_render.IMPL):
+        if not all((impl, b) in cells and cells[(impl, b)].blocks for b in backlogs):
             continue  # not run (--impls)
         xs = [statistics.median(cells[(impl, b)].blocks) for b in backlogs]
+        since = " (from the SIGKILL)" if impl == failover_render.IMPL else ""
         for key, style in (("first", "-o"), ("caught", "--s")):
             ys = [_median(getattr(cells[(impl, b)], key)) for b in backlogs]
             what = "first batch" if key == "first" else "caught up"
-            ax.plot(xs, ys, style, label=f"{impl_label(impl)}: {what}")
+            ax.plot(xs, ys, style, label=f"{_label(impl)}: {what}{since}")
     return finish_plot(plt, fig, ax, path, log_x=True,
                        title="Driver SIGKILL, restart with getOrCreate (medians)",
                        xlabel="backlog at the SIGKILL (blocks)",
@@ -85,9 +91,9 @@ def plot_kill(cells: dict[tuple[str, int], Cell], backlog: int, path: Path) -> b
     for r in examples:
         xs, ys = with_gaps([(w - r.kill_wall, float(n)) for w, n in r.timeline
                             if w - r.kill_wall >= -40], gap=3.0)
-        ax.plot(xs, ys, ".-", markersize=3,
-                label=f"{impl_label(r.impl)} (restart command at "
-                      f"+{r.restart_wall - r.kill_wall:.1f} s)")
+        how = ("no restart: the standby takes over" if r.impl == failover_render.IMPL
+               else f"restart command at +{r.restart_wall - r.kill_wall:.1f} s")
+        ax.plot(xs, ys, ".-", markersize=3, label=f"{_label(r.impl)} ({how})")
     ax.axvline(0, color="red", linestyle="--", linewidth=0.8, label="SIGKILL")
     return finish_plot(plt, fig, ax, path,
                        title=f"Around a driver SIGKILL at a backlog of ~{backlog:,} blocks",
@@ -138,6 +144,7 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
            plots: list[tuple[str, str]]) -> str:
     rows = []
     verdicts = []
+    failover = failover_render.has_failover(cells)
     for b in backlogs:
         a, o = cells[("spark", b)], cells[("ours", b)]
         ratio = _median(o.first) / _median(a.first)
@@ -158,7 +165,8 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
     if len(sessions) > 1:
         facts = {**facts, "Runs pooled": sessions_line(sessions)}
     lines = [
-        "# Recovery benchmark: driver SIGKILL and getOrCreate, against backlog", "",
+        "# Recovery benchmark: driver SIGKILL and getOrCreate, against backlog"
+        + (", and a hot standby's failover" if failover else ""), "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
         f"`python -m bench.recovery_bench {' '.join(sys.argv[1:]) or f'--size {size}'}` "
         f"({_runs_said(sessions, elapsed)}). Cells: **median [min, max]** seconds from the "
@@ -186,12 +194,14 @@ def render(cells: dict[tuple[str, int], Cell], backlogs: list[int], cfg: dict[st
             "First batch": "restart command -> first batch completed by the new process",
             "Caught up": "restart command -> first completed batch whose time is after "
                          "the restart (the whole backlog processed)",
+            **(failover_render.config_facts(cfg) if failover else {}),
         }), "",
         "## Results", "",
         md_table(["Backlog (blocks)", "Blocks (a) / (b)", "(a) Spark first batch (s)",
                   "(b) walstream first batch (s)", "(b)/(a)", "(a) Spark caught up (s)",
                   "(b) walstream caught up (s)"], rows), "",
         *verdicts, "",
+        *(failover_render.section(cells, backlogs) if failover else []),
     ]
     for alt, name in plots:
         lines += [f"![{alt}]({name})", ""]

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.peer_apps import LineServer, Phase
 
 #: The master Spark's side recovered on in runs that do not say: a plain launch's
 #: default (before the benchmark gave it one).
@@ -66,7 +69,7 @@ class Earlier:
     """The runs already in a results file: per system and backlog, the figures
     lists of ``cells_json``; and the invocations they came from."""
 
-    cells: dict[str, dict[str, dict[str, list[Any]]]]
+    cells: dict[str, dict[str, dict[str, Any]]]
     sessions: list[dict[str, Any]]
 
     @property
@@ -118,6 +121,11 @@ BLOCK_MS = 100
 RATE = 2000.0  # lines/s: 200 lines per block, a tenth of both systems' ceiling
 
 
+#: The steady-cost figures of an ``ours-ha`` run (``Recovery.steady``): CPU in cores
+#: (CPU seconds per second) and median resident memory in MiB, of the standby and,
+#: over the same interval, of the leader.
+STEADY_KEYS = ("standby_cpu", "standby_rss_mib", "leader_cpu", "leader_rss_mib")
+
 #: With --kills: how long a restarted app that caught up runs at RATE before the
 #: next backlog, so each kill starts from steady state.
 SETTLE_S = 60.0
@@ -138,6 +146,9 @@ class Recovery:
     kill_wall: float = 0.0  # time.time() of the SIGKILL
     restart_wall: float = 0.0  # time.time() of the restart command
     ran_s: float = 0.0  # the app's first start to this kill (history and earlier kills)
+    #: ``ours-ha`` only: the standby's and the leader's steady cost (CPU cores, median
+    #: RSS in MiB) over the history, while the standby stood by.
+    steady: dict[str, float] = field(default_factory=dict)
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (wall, words) per batch
 
 
@@ -150,6 +161,8 @@ class Cell:
     notes: list[str] = field(default_factory=list)
     example: Recovery | None = None  # the first run, for the plot around the kill
     ran: list[float] = field(default_factory=list)  # seconds of running at each kill
+    #: ``ours-ha``: each Recovery.steady figure, one per run (STEADY_KEYS).
+    steady: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, r: Recovery) -> None:
         self.first.append(r.first_batch_s)
@@ -161,6 +174,20 @@ class Cell:
             self.exact.append(r.exact_blocks)
         if r.note:
             self.notes.append(r.note)
+        for key, value in r.steady.items():
+            self.steady.setdefault(key, []).append(value)
+
+
+def send_all(servers: list[LineServer], rate: float, seconds: float) -> int:
+    """``rate`` lines/s split evenly over ``servers`` for ``seconds``; lines sent."""
+    phases = [Phase(rate / len(servers)) for _ in servers]
+    threads = [threading.Thread(target=s.run_phase, args=(ph, seconds), daemon=True)
+               for s, ph in zip(servers, phases, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(ph.sent for ph in phases)
 
 
 def app_master(receivers: int) -> str:
@@ -194,6 +221,8 @@ def prefill(cells: dict[tuple[str, int], Cell], earlier: Earlier) -> None:
             c.first, c.caught = nums(fig["first"]), nums(fig["caught"])
             c.blocks, c.exact = list(fig["blocks"]), list(fig.get("exact", []))
             c.ran = list(fig.get("ran_s", []))
+            if "steady" in fig:
+                c.steady = {k: nums(v) for k, v in fig["steady"].items()}
 
 
 def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
@@ -210,4 +239,7 @@ def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
             out["cells"].setdefault(impl, {})[str(b)] = {
                 "first": nums(c.first), "caught": nums(c.caught), "blocks": c.blocks,
                 "exact": c.exact, "ran_s": [round(v, 1) for v in c.ran]}
+            if c.steady:
+                out["cells"][impl][str(b)]["steady"] = {
+                    k: nums([round(v, 3) for v in vs]) for k, vs in c.steady.items()}
     return out
