@@ -9,8 +9,10 @@ backlog and kill. One measurement:
    own, hence an app id, driver WAL and lease topic of its own; it leads once its
    receivers connected and its role file says ``leader``.
 2. **Standby.** The same command starts again; it stands by once its role file
-   says ``standby`` (its ``start()`` returned warm: SparkContext, workers, the
-   graph restored and its tracker following the driver WAL).
+   says ``standby`` (its ``start()`` returned: SparkContext up, the graph restored,
+   its tracker following the driver WAL). Its workers' warm-up job runs on in the
+   background, so ``STANDBY_SETTLE_S`` pass before step 3: the cost read there is
+   that of standing by, not of starting.
 3. **History and steady cost.** The leader runs ``history_s`` seconds at ``RATE``
    lines/s while the standby stands by; over exactly that interval the standby's
    CPU (clock ticks of its Python driver, JVM and Python workers, also those of
@@ -49,6 +51,8 @@ from bench.peer_apps import App, LineServer, Phase, wait_connected
 from bench.recovery_runs import BLOCK_MS, RATE, Recovery, app_master, send_all
 
 IMPL = "ours-ha"
+#: Seconds between the standby's ready and the start of the history (step 2).
+STANDBY_SETTLE_S = 10.0
 #: Bound on the wait for a process's role (a SparkContext start and warm-up on a
 #: loaded 2-core machine).
 ROLE_TIMEOUT_S = 240.0
@@ -136,6 +140,7 @@ def measure_failover(bootstrap: str, workdir: Path, backlog: int, history_s: flo
         apps.append(standby)
         wait_role(role_file, standby, "standby")
         log(f"{IMPL}: leader {leader.proc.pid}, standby {standby.proc.pid} ready")
+        time.sleep(STANDBY_SETTLE_S)
         probe = CostProbe({"standby": standby.proc.pid, "leader": leader.proc.pid})
         with probe:  # 3.
             servers[0].run_phase(Phase(RATE), history_s)

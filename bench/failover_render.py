@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from bench.common import Stat, md_table
+from bench.failover_bench import STANDBY_SETTLE_S
 from bench.recovery_runs import Cell
 
 IMPL = "ours-ha"
@@ -59,7 +60,8 @@ def config_facts(cfg: dict[str, Any]) -> dict[str, str]:
                         "directory per run (its own app id and lease topic); the second "
                         "process stands by once the first leads. Same history, backlog "
                         "and SIGKILL of the leader's process group; the standby is never "
-                        "restarted",
+                        f"restarted. The history starts {STANDBY_SETTLE_S:.0f} s after the "
+                        "standby is ready (its workers' warm-up job runs in the background)",
         "Failover first batch": "SIGKILL -> first batch completed by the standby",
         "Failover caught up": "SIGKILL -> first batch completed by the standby whose time "
                               "is after the SIGKILL (the whole backlog processed)",
