@@ -242,6 +242,8 @@ def test_walstream_inspect_output_redacts_secrets(monkeypatch: pytest.MonkeyPatc
 
     class Tracker:  # the replay, without a broker
         corrupt_events = 0
+        fence_epoch = 0
+        fenced_events = 0
 
         def __init__(self, ids: list[int], wal: Any, **options: Any) -> None:
             self.wal = wal
