@@ -1,8 +1,9 @@
-"""High availability: the same app started twice leads once and stands by once; the
-leader SIGKILLed (its whole process group, JVM included) three times, each time
-restarted as the next standby, and once paused with SIGSTOP until the standby took
-over, after which it wakes fenced and exits. The running totals and the KafkaSink
-output are exact: nothing lost, nothing doubled."""
+"""High availability: the same app (a receiver stream and a direct Kafka stream)
+started twice leads once and stands by once; the leader SIGKILLed (its whole process
+group, JVM included) three times, each time restarted as the next standby, and once
+paused with SIGSTOP until the standby took over, after which it wakes fenced and
+exits. The running totals and the KafkaSink output are exact: nothing lost, nothing
+doubled."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ import pytest
 from driver.kafka_sink import read_exactly_once
 from walstream import procs
 from walstream.testing import wait_until
+from walstream.testing.chaos_config import ChaosConfig
+from walstream.testing.chaos_feeder import Feeder
 from walstream.testing.recovery_app import expected_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
 TOTAL, RATE, SEED = 24000, 400, 5
+DIRECT_RECORDS, DIRECT_RATE = 12000, 150.0
 WAIT_S = 240  # bound on each wait, on a loaded 2-core machine
 
 
@@ -44,8 +48,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 class Pair:
     """The app's processes, their logs and what they recorded."""
 
-    def __init__(self, tmp: Path, bootstrap: str, sink: str) -> None:
+    def __init__(self, tmp: Path, bootstrap: str, sink: str, direct: str) -> None:
         self.ckpt, self.out, self.bootstrap, self.sink = tmp / "ckpt", tmp / "out", bootstrap, sink
+        self.direct = direct
         self.logs = tmp / "logs"
         self.logs.mkdir()
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -62,7 +67,7 @@ class Pair:
         p = subprocess.Popen(
             [sys.executable, "-m", "walstream.testing.ha_app", str(self.ckpt), str(self.out),
              "--sink", self.sink, "--bootstrap", self.bootstrap, "--total", str(TOTAL),
-             "--rate", str(RATE), "--seed", str(SEED)],
+             "--rate", str(RATE), "--seed", str(SEED), "--direct-topic", self.direct],
             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         self.procs[p.pid] = p
         return p
@@ -121,9 +126,13 @@ def _sink_counts(bootstrap: str, sink: str) -> Counter[str]:
 
 def test_leader_killed_three_times_and_paused_once_counts_exactly(
         bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> None:
-    pair = Pair(tmp_path, bootstrap, topic_factory("ha-sink"))
+    pair = Pair(tmp_path, bootstrap, topic_factory("ha-sink"), topic_factory("ha-direct"))
+    # The direct stream's input, fed while the takeovers happen (bad records among it).
+    feeder = Feeder(bootstrap, pair.direct, ChaosConfig(records=DIRECT_RECORDS,
+                                                        rate=DIRECT_RATE, seed=SEED))
     figures: dict[str, Any] = {}
     try:
+        feeder.start()
         leader = pair.launch()
         wait_until(lambda: pair.role(leader) == "leader" and bool(pair.batches(leader)),
                    WAIT_S, "the first process to lead and complete a batch",
@@ -164,7 +173,10 @@ def test_leader_killed_three_times_and_paused_once_counts_exactly(
         figures["SIGSTOP -> the standby's first batch (s)"] = round(
             pair.batches(standby, paused_at)[0]["wall"] - paused_at, 2)
 
+        feeder.join(WAIT_S)
+        assert feeder.done.is_set() and not feeder.failed, feeder.failed
         expected = expected_counts(SEED, TOTAL)
+        expected.update({f"d {w}": n for w, n in feeder.expected.items()})
         wait_until(lambda: pair.totals() == expected, WAIT_S,
                    "the running totals to equal the input",
                    abort=lambda: ("totals over the input" if any(

@@ -2,7 +2,9 @@
 
 ``python -m walstream.testing.ha_app CHECKPOINT_DIR OUT_DIR --sink TOPIC --total N``
 runs ``StreamingContext.getOrCreate`` with ``spark.walstream.ha.enabled=true``: a
-deterministic generator receiver (exactly once across takeovers) -> words ->
+deterministic generator receiver (exactly once across takeovers) and, with
+``--direct-topic T``, a direct Kafka stream of ``T`` (the chaos harness's versioned
+lines, bad ones skipped; its words tagged ``d <word>``) -> words ->
 per-batch counts to the ``TOPIC`` Kafka topic through :class:`driver.KafkaSink`,
 and ``updateStateByKey`` running totals, written to ``OUT_DIR/totals.json`` keyed
 by nothing (each batch replaces it). Every process started with the same
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--batch", type=float, default=1.0)
     ap.add_argument("--lease-timeout", default="1s")
+    ap.add_argument("--direct-topic", default="")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -47,17 +50,26 @@ def main(argv: list[str] | None = None) -> None:
 
     from pyspark import SparkConf, SparkContext
 
-    from driver import KafkaSink, StreamingContext
+    from driver import KafkaSink, KafkaUtils, StreamingContext
     from driver.spark import spark_environment
     from receiver.rate_receiver import RateGeneratorReceiver
 
     out, sink_topic, bootstrap = str(args.out), args.sink, args.bootstrap
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(chaos_app)  # decode_value runs in tasks
 
     def setup() -> StreamingContext:
         ssc = StreamingContext(SparkContext.getOrCreate(), args.batch)
         ssc.checkpoint(args.checkpoint)
         lines = ssc.receiverStream(RateGeneratorReceiver(args.rate, args.seed, args.total))
         words = lines.flatMap(lambda line: line.split())
+        if args.direct_topic:
+            direct = KafkaUtils.createDirectStream(
+                ssc, [args.direct_topic], {"bootstrap.servers": bootstrap,
+                                           "auto.offset.reset": "smallest"},
+                valueDecoder=chaos_app.decode_value)
+            words = words.union(direct.flatMap(lambda kv: ["d " + w for w in kv[1].split()]))
         pairs = words.map(lambda w: (w, 1))
         pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(
             KafkaSink(bootstrap, sink_topic, value=lambda kv: f"{kv[0]}\t{kv[1]}"))
@@ -71,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         def save_totals(t: Any, rdd: Any) -> None:
             state = dict(rdd.collect())
             _write(Path(out) / "totals.json", state)
-            if sum(state.values()) >= expected_total:
+            if sum(n for w, n in state.items() if not w.startswith("d ")) >= expected_total:
                 (Path(out) / "done").touch()
 
         totals.foreachRDD(save_totals)
