@@ -128,6 +128,21 @@ def machine_info(broker_description: str) -> dict[str, str]:
     }
 
 
+def proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process (from /proc)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        out[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return out
+
+
 def rss_mib(pid: int) -> float | None:
     """Resident memory of ``pid`` in MiB (None when unreadable)."""
     with contextlib.suppress(OSError, ValueError, IndexError):

@@ -18,30 +18,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import rss_mib
+from bench.common import proc_table, rss_mib
 
 #: How often :class:`CostProbe` reads the parts' resident memory.
 SAMPLE_S = 1.0
 
 
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, process group) of every process (from /proc)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        out[int(entry.name)] = (int(fields[1]), int(fields[2]))
-    return out
-
-
 def app_processes(pid: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
     """``pid``, the members of its process group and all its descendants."""
-    table = _proc_table() if table is None else table
+    table = proc_table() if table is None else table
     if pid not in table:
         return set()
     found = {pid} | {p for p, (_, pgrp) in table.items() if pgrp == pid}

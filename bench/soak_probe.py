@@ -12,24 +12,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import log, rss_mib
+from bench.common import log, proc_table, rss_mib
 
 PARTS = ("driver (Python)", "driver JVM", "Python workers", "broker")
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, process group) of every process (from /proc)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        out[int(entry.name)] = (int(fields[1]), int(fields[2]))
-    return out
 
 
 def _cmdline(pid: int) -> str:
@@ -54,7 +39,7 @@ def sample(app_pid: int, broker_pid: int) -> dict[str, float]:
     workers are found as the groups of the JVM's children, not in the app's group.
     """
     parts = dict.fromkeys(PARTS, 0.0)
-    table = _proc_table()
+    table = proc_table()
     jvms = _app_jvms(app_pid, table)
     for pid, (_, pgrp) in table.items():
         if pgrp != app_pid:
@@ -93,7 +78,7 @@ def start_gc_log(app_pid: int, path: Path) -> bool:
     stay those of the other benchmarks; a log line costs nothing measurable
     beside a collection.
     """
-    jvms = _app_jvms(app_pid, _proc_table())
+    jvms = _app_jvms(app_pid, proc_table())
     return bool(jvms) and _jcmd(min(jvms), "VM.log", f"output={path}", "what=gc",
                                 "decorators=timemillis") is not None
 
@@ -131,7 +116,7 @@ def jvm_after_full_gc(app_pid: int) -> tuple[float, float] | None:
     tells a leak (live data growing) from heap not yet given back. Run once, after
     the last sample, so the growth figures are of the untouched run.
     """
-    jvms = _app_jvms(app_pid, _proc_table())
+    jvms = _app_jvms(app_pid, proc_table())
     if not jvms:
         return None
     pid = min(jvms)
@@ -154,7 +139,7 @@ def live_classes(app_pid: int, top: int = 8) -> list[tuple[str, float, int]]:
     ``jcmd GC.class_histogram`` forces a full GC first, so it runs after the
     last sample, beside ``jvm_after_full_gc``: what the live heap is made of.
     """
-    jvms = _app_jvms(app_pid, _proc_table())
+    jvms = _app_jvms(app_pid, proc_table())
     out = _jcmd(min(jvms), "GC.class_histogram") if jvms else None
     rows = []
     for line in (out or "").splitlines():
