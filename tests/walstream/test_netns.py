@@ -145,8 +145,11 @@ def test_leftovers_of_a_killed_owner_are_removed_and_live_labs_kept(lab: NetLab)
         survivor: list[int] = []
 
         def started() -> bool:
+            # Only once it runs sleep: the shell before its exec has "sleep" in its
+            # command line too, but may not have ignored SIGTERM yet, and the
+            # SIGTERM its owner's death sends would then end it.
             survivor[:] = [p for p in _netns_pids(f"wsmh-{dead_id}-alpha")
-                           if "sleep" in procs.cmdline(p)]
+                           if procs.cmdline(p).startswith("sleep ")]
             return bool(survivor)
 
         wait_until(started, 10, "the owner's process on alpha", poll_s=POLL_S)
