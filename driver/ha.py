@@ -84,9 +84,9 @@ class HighAvailability:
             self._become_leader(time.monotonic())
             return self.role
         self.role = "standby"
+        held = self.lease.view().state  # one read of the lease log, not one per field
         log.info("high availability: the lease of %s is held (epoch %d, by %s): standing by",
-                 self.lease_config.topic, self.lease.view().state.epoch,
-                 self.lease.view().state.holder)
+                 self.lease_config.topic, held.epoch, held.holder)
         self._stand_by()
         self._thread = threading.Thread(target=self._watch, name="ha-standby", daemon=True)
         self._thread.start()
