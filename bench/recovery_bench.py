@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -320,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
                                          receivers=args.receivers, kills=args.kills):
                             c.add(r)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        # $WALSTREAM_KEEP_RUN_DIR keeps the apps' logs and checkpoints for a look after.
+        if os.environ.get("WALSTREAM_KEEP_RUN_DIR"):
+            log(f"run files kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     # RESULTS-recovery.md -> recovery-backlog.png; another --out gets its own plot.
     png = args.out.with_name(args.out.stem.replace("RESULTS-", "") + "-backlog.png")
     plots = [("recovery against backlog", png.name)] if plot(cells, backlogs, png) else []

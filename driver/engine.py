@@ -59,6 +59,7 @@ from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WriteAheadLog
 from wal.base import FollowGapError
+from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
 
@@ -287,11 +288,27 @@ class StreamingEngine:
 
     def stand_by(self) -> None:
         """A hot standby's tracker: the driver WAL's chain replayed and then followed
-        as the leader appends (driver/tracker_tail.py); no generator, no endpoint."""
+        as the leader appends (driver/tracker_tail.py); no generator, no endpoint.
+        The driver WAL's epoch writer is connected meanwhile, in the background, so
+        that a takeover does not wait for it."""
+        self._follow()
+        wal = self._standby_wal
+        if wal is not None:
+            threading.Thread(target=self._prepare_epoch, args=(wal,),
+                             name="driver-wal-prepare", daemon=True).start()
+
+    def _follow(self) -> None:
         with self._recover_lock:
             if self._tail is not None or self._tracker is not None:
                 return
             self._tail = self._follow_driver_wal().start()
+
+    def _prepare_epoch(self, wal: WriteAheadLog) -> None:
+        try:
+            ha = self.config.ha
+            wal.prepare_epoch(ha.takeover_timeout_s if ha is not None else 30.0)
+        except Exception as exc:  # only slower: begin_epoch connects it itself
+            log.warning("standby: the driver WAL's epoch writer is not ready: %s", exc)
 
     def _follow_driver_wal(self) -> TrackerTail:
         wal = self._standby_wal = self._driver_wal()
@@ -311,7 +328,7 @@ class StreamingEngine:
 
         A follower that found a write out of order in 1 (``FollowGapError``) is not
         trusted: the tracker is then rebuilt by a replay of the whole chain."""
-        self.stand_by()  # a leader from the start replays through the same path
+        self._follow()  # a leader from the start replays through the same path
         tail, wal = self._tail, self._standby_wal
         assert tail is not None and wal is not None
         try:
@@ -328,7 +345,9 @@ class StreamingEngine:
         wal.begin_epoch(epoch, tail.follower)                                  # 2
         tail.follower.close()
         self._tail = None
+        kill_point("ha.after_link")  # the epoch's log linked, EpochStarted not logged
         tail.tracker.start_epoch(epoch)                                        # 3
+        kill_point("ha.after_epoch_started")  # nothing runs yet: no endpoint, no batch
         self.epoch = epoch
         record_recovery(self.metrics, tail.tracker, self._stream_ids)
         with self._recover_lock:

@@ -21,6 +21,7 @@ from driver.ha import HighAvailability
 from driver.kafka_sink import fence_sinks, kafka_sinks_of, set_sink_epoch
 from driver.recovery import check_compatible
 from walstream.kafka_settings import settings_from_conf
+from walstream.killpoints import kill_point
 
 if TYPE_CHECKING:
     from driver.engine import StreamingEngine
@@ -64,6 +65,9 @@ class HighAvailabilityMixin:
         engine, ha = self._engine, self._ha
         assert engine is not None and ha is not None
         with self._ha_lock:
+            # Each kill point below leaves a takeover half done; the next claimant
+            # takes over from there (integration_tests/test_ha_kill_points.py).
+            kill_point("ha.after_claim")
             timeout_s = ha.config.takeover_timeout_s
             engine.lease_check = ha.check
             set_sink_epoch(epoch)
@@ -73,6 +77,7 @@ class HighAvailabilityMixin:
                 fence_sinks(sinks, epoch, kafka_conf=settings_from_conf(conf),
                             timeout_s=timeout_s)
             steps.append(time.monotonic())
+            kill_point("ha.after_sink_fence")
             data = self._recovered
             if self._checkpoint_dir is not None:                                # 3
                 write_fence(self._checkpoint_dir, epoch)
@@ -85,6 +90,7 @@ class HighAvailabilityMixin:
                     check_compatible(self.recovery_view(), data)
                     self._recovered = data
             steps.append(time.monotonic())
+            kill_point("ha.after_checkpoint_fence")
             engine.take_over(epoch, timeout_s)                                   # 4
             steps.append(time.monotonic())
             self._run_engine(data, conf)                                         # 5

@@ -24,7 +24,7 @@ from driver.received_block_tracker import ReceivedBlockTracker
 log = logging.getLogger(__name__)
 
 #: The longest one poll waits, so that :meth:`TrackerTail.finish` stops it promptly.
-POLL_WAIT_S = 0.2
+POLL_WAIT_S = 0.05
 #: Records applied per poll at most.
 POLL_RECORDS = 1000
 

@@ -231,6 +231,9 @@ class BatchedWriteAheadLog(WriteAheadLog):
             raise WalClosedError("BatchedWriteAheadLog is closed")
         self.wrapped.begin_epoch(epoch, follower)
 
+    def prepare_epoch(self, timeout_s: float) -> None:
+        self.wrapped.prepare_epoch(timeout_s)
+
     def replay_progress(self) -> ReplayProgress | None:
         """The wrapped log's: it counts stored groups (and their chunks), whatever
         number of records each group holds."""

@@ -155,6 +155,11 @@ class EpochChainLog(WriteAheadLog):
         log.info("WAL %s: epoch %d began; its log continues epoch %d's, read up to %s",
                  self.name, epoch, newest, dict(position.offsets))
 
+    def prepare_epoch(self, timeout_s: float) -> None:
+        """Connect the link writer of :meth:`begin_epoch` now (``ChainView.prepare``)."""
+        self._check_open()
+        self._view.prepare(timeout_s)
+
     def _epoch_of_log(self, name: str) -> int | None:
         if name == self.name:
             return 0

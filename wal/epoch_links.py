@@ -130,6 +130,7 @@ class ChainView:
                                  {**config.client_config, **config.consumer_config},
                                  config.max_record_bytes)
         self._links: dict[int, Link | None] = {}
+        self._producer: Producer | None = None  # the link writer, made on first use
         self._lock = threading.Lock()
 
     def link_topic(self, epoch: int) -> str:
@@ -229,6 +230,33 @@ class ChainView:
             raise EpochTakenError(f"WAL {self.name!r}: epoch {epoch}'s log already holds "
                                   f"records in {taken}; refusing to write into it")
 
+    def prepare(self, timeout_s: float) -> None:
+        """Make the link writer ready now: its producer connected and its idempotent
+        producer id granted. A standby calls this while standing by, so that
+        :meth:`write_link` at a takeover waits only for its own record (a fresh
+        idempotent producer spends its first flush acquiring an id). Idempotent."""
+        producer = self._link_producer()
+        try:
+            producer.list_topics(timeout=max(0.05, timeout_s))
+        except KafkaException as exc:
+            raise WalWriteError(f"WAL {self.name!r}: the link writer cannot reach the "
+                                f"broker: {exc}") from exc
+        producer.flush(max(0.05, timeout_s))
+
+    def _link_producer(self) -> Producer:
+        with self._lock:
+            if self._admin is None:
+                raise WalWriteError(f"WAL {self.name!r}: the chain view is closed")
+            if self._producer is None:
+                cfg = self.config
+                conf = {"bootstrap.servers": self.bootstrap_servers,
+                        "delivery.timeout.ms": int(cfg.write_timeout_s * 1000),
+                        "socket.connection.setup.timeout.ms": 10_000,
+                        **cfg.client_config, **cfg.producer_config,
+                        "acks": "all", "enable.idempotence": True}
+                self._producer = Producer(with_logger(conf))
+            return self._producer
+
     def write_link(self, link: Link) -> None:
         """Store ``link`` as the first record of its link topic and wait until every
         in-sync replica has it; then read it back: a first record that is not this
@@ -236,12 +264,7 @@ class ChainView:
         cfg = self.config
         topic = self.link_topic(link.epoch)
         self._create(topic)
-        conf = {"bootstrap.servers": self.bootstrap_servers,
-                "delivery.timeout.ms": int(cfg.write_timeout_s * 1000),
-                "socket.connection.setup.timeout.ms": 10_000,
-                **cfg.client_config, **cfg.producer_config,
-                "acks": "all", "enable.idempotence": True}
-        producer = Producer(with_logger(conf))
+        producer = self._link_producer()
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, _msg: Any) -> None:
@@ -280,4 +303,8 @@ class ChainView:
 
     def close(self) -> None:
         self._reader.close()
-        self._admin = None
+        with self._lock:
+            self._admin = None
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(0)  # a link not acknowledged by now was never confirmed

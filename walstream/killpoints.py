@@ -26,6 +26,13 @@ which invariant each one tests and the tests that arm it):
 * ``batch.during_output``                 -- inside a batch's output operation
 * ``checkpoint.mid_write``                -- half a checkpoint file written
 * ``checkpoint.after_write_before_clean`` -- checkpoint durable, WAL not cleaned
+* ``ha.after_claim``                      -- a new leader's epoch won in the lease
+  log, nothing fenced yet
+* ``ha.after_sink_fence``                 -- its Kafka sinks fenced, checkpoints not
+* ``ha.after_checkpoint_fence``           -- its checkpoints fenced, driver WAL not cut
+* ``ha.after_link``                       -- its driver WAL epoch linked (the cut),
+  ``EpochStarted`` not logged
+* ``ha.after_epoch_started``              -- ``EpochStarted`` logged, nothing started
 """
 
 from __future__ import annotations

@@ -407,3 +407,24 @@ def test_a_record_whose_last_chunks_land_after_the_link_is_left_out(
     fresh = chain(chunk_bytes=1024)
     assert list(fresh.read_all()) == [b"a", b"b"]
     assert fresh.late_records == 1
+
+
+def test_a_prepared_chain_takes_over_the_same_way_and_preparing_changes_nothing_read(
+        chain: Callable[..., EpochChainLog], plain: Callable[..., KafkaWriteAheadLog],
+        name: str) -> None:
+    old = chain()
+    a = _records("a", 3)
+    for i, rec in enumerate(a):
+        old.write(rec, 1_000 + i * 300)
+    new = chain()
+    new.prepare_epoch(20)
+    new.prepare_epoch(20)  # idempotent
+    BatchedWriteAheadLog(chain()).prepare_epoch(20)  # passed through to the chain
+    assert list(chain().read_all()) == a  # no link, no epoch log: nothing to read
+    _take_over(new, 1, a)
+    new.write(b"b0", 5_000)
+    assert list(chain().read_all()) == [*a, b"b0"]
+    plain(f"{name}-x").prepare_epoch(1)  # a log without epochs: nothing to prepare
+    new.close()
+    with pytest.raises(Exception, match="closed"):
+        new.prepare_epoch(1)

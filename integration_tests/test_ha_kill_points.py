@@ -1,0 +1,104 @@
+"""A takeover that dies half done: at each ``ha.*`` kill point a standby taking over
+is SIGKILLed, and the next claimant of the lease takes over from what it left.
+
+Every process of the app gets ``WALSTREAM_KILL_POINT_FILE``; the test writes one
+point's name into the file just before it kills the leader, so the standby that
+takes over dies at that point (the first crossing fires and removes the file).
+Then two processes start at the same moment: one claims the next epoch and leads,
+the other stands by. After a round per point the running totals and the KafkaSink
+output are exact: nothing lost, nothing doubled.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from walstream.testing import wait_until
+from walstream.testing.chaos_config import ChaosConfig
+from walstream.testing.chaos_feeder import Feeder
+from walstream.testing.ha_pair import SEED, Pair, sink_counts
+from walstream.testing.recovery_app import expected_counts
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+TOTAL = 16000
+DIRECT_RECORDS, DIRECT_RATE = 6000, 60.0
+WAIT_S = 240  # bound on each wait, on a loaded 2-core machine
+#: In takeover order: each leaves less of the takeover undone than the one before.
+POINTS = ("ha.after_claim", "ha.after_sink_fence", "ha.after_checkpoint_fence",
+          "ha.after_link", "ha.after_epoch_started")
+
+
+def _leader_and_standby(pair: Pair, a: Any, b: Any, what: str) -> tuple[Any, Any]:
+    """Wait until one of ``a``, ``b`` runs batches and the other stands by.
+
+    The leader is the one that completes batches: a process that stood by at its
+    start and then took over an expired lease still has the role ``standby`` in
+    the role file, which records what ``start()`` returned."""
+    def settled() -> bool:
+        ran = [p for p in (a, b) if pair.batches(p)]
+        if len(ran) != 1:
+            return False
+        other = b if ran[0] is a else a
+        return pair.role(other) == "standby" and other.poll() is None
+
+    wait_until(settled, WAIT_S, what, details=pair.details)
+    return (a, b) if pair.batches(a) else (b, a)
+
+
+def test_a_takeover_killed_at_each_step_is_finished_by_the_next_leader(
+        bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> None:
+    armed = tmp_path / "kill-point"
+    pair = Pair(tmp_path, bootstrap, topic_factory("ha-kp-sink"),
+                topic_factory("ha-kp-direct"), total=TOTAL,
+                env={"WALSTREAM_KILL_POINT_FILE": str(armed)})
+    feeder = Feeder(bootstrap, pair.direct, ChaosConfig(records=DIRECT_RECORDS,
+                                                        rate=DIRECT_RATE, seed=SEED))
+    fired: list[str] = []
+    try:
+        feeder.start()
+        leader, standby = _leader_and_standby(pair, pair.launch(), pair.launch(),
+                                              "one process to lead, the other to stand by")
+        for point in POINTS:
+            started = time.time()
+            wait_until(functools.partial(pair.ran, leader, started, 2), WAIT_S,
+                       f"{point}: the leader to run batches", details=pair.details)
+            armed.write_text(point)
+            pair.kill(leader)
+            wait_until(lambda p=standby: p.poll() is not None, WAIT_S,
+                       f"{point}: the standby to take over and die there",
+                       details=pair.details)
+            log = pair.log_of(standby)
+            assert f"kill point {point} reached" in log, log[-3000:]
+            assert not armed.exists()
+            assert not pair.batches(standby)  # it died taking over, before any batch
+            fired.append(point)
+            pair.kill(standby)  # whatever of its group is left (its JVM)
+            # Both come back at once: one claims the next epoch, one stands by.
+            leader, standby = _leader_and_standby(
+                pair, pair.launch(), pair.launch(),
+                f"after {point}: a new leader and a new standby")
+
+        feeder.join(WAIT_S)
+        assert feeder.done.is_set() and not feeder.failed, feeder.failed
+        expected = expected_counts(SEED, TOTAL)
+        expected.update({f"d {w}": n for w, n in feeder.expected.items()})
+        wait_until(lambda: pair.totals() == expected, WAIT_S,
+                   "the running totals to equal the input",
+                   abort=lambda: ("totals over the input" if any(
+                       n > expected.get(w, 0) for w, n in pair.totals().items()) else None),
+                   details=lambda: f"{sum(pair.totals().values())} of "
+                                   f"{sum(expected.values())} words\n{pair.details()}")
+        got = sink_counts(bootstrap, pair.sink)
+        want = Counter(expected)
+        lost, doubled = sum((want - got).values()), sum((got - want).values())
+        assert got == want, f"sink: {lost} words lost, {doubled} doubled\n{pair.details()}"
+    finally:
+        print(f"\nkill points fired while taking over: {fired}")
+        pair.close()
