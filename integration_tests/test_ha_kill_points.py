@@ -35,6 +35,10 @@ POINTS = ("ha.after_claim", "ha.after_sink_fence", "ha.after_checkpoint_fence",
           "ha.after_link", "ha.after_epoch_started")
 
 
+def _exited(p: Any) -> bool:
+    return p.poll() is not None
+
+
 def _leader_and_standby(pair: Pair, a: Any, b: Any, what: str) -> tuple[Any, Any]:
     """Wait until one of ``a``, ``b`` runs batches and the other stands by.
 
@@ -71,7 +75,7 @@ def test_a_takeover_killed_at_each_step_is_finished_by_the_next_leader(
                        f"{point}: the leader to run batches", details=pair.details)
             armed.write_text(point)
             pair.kill(leader)
-            wait_until(lambda p=standby: p.poll() is not None, WAIT_S,
+            wait_until(functools.partial(_exited, standby), WAIT_S,
                        f"{point}: the standby to take over and die there",
                        details=pair.details)
             log = pair.log_of(standby)
