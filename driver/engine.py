@@ -31,6 +31,7 @@ from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
 from driver.engine_config import EngineConfig
+from driver.ha_errors import LeaseReleasedError
 from driver.job_generator import Checkpointer, JobGenerator
 from driver.job_scheduler import Job, JobScheduler
 from driver.listener import (
@@ -227,7 +228,11 @@ class StreamingEngine:
         if self.lease_check is not None:
             # A clean deletes topics, which no epoch cut can undo: only while this
             # driver still holds the lease (checked right before; it raises if not).
-            self.lease_check()
+            try:
+                self.lease_check()
+            except LeaseReleasedError:
+                log.info("not cleaning below %d: this driver released its lease", thresh)
+                return
         self.tracker.cleanup_old_batches(thresh, wait_for_completion=False)
         self.receiver_tracker.cleanup_old_blocks(thresh)
         if self.config.metrics_enabled:

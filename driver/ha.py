@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from driver.ha_conf import HaConfig
-from driver.ha_errors import LeaseError
+from driver.ha_errors import LeaseError, LeaseReleasedError
 from driver.lease import Lease, LeaseConfig, ensure_lease_topic
 from walstream.kafka_settings import settings_from_conf
 
@@ -95,6 +95,8 @@ class HighAvailability:
     def check(self) -> None:
         """Raise unless this process leads now (run right before each WAL clean)."""
         if self.lease is None:
+            if self._stop.is_set():
+                raise LeaseReleasedError("high availability: the lease was released")
             raise LeaseError("high availability: no lease")
         self.lease.check()
 

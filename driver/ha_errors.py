@@ -41,3 +41,8 @@ class LeaseFencedError(LeaseLostError):
             f"lease holder {holder!r} of epoch {epoch} is fenced: {newer_holder!r} "
             f"holds epoch {newer_epoch}"
         )
+
+
+class LeaseReleasedError(LeaseError):
+    """This driver gave the lease up itself (its context is stopping): a standby may
+    lead already, so nothing may be cleaned any more. Not a failure."""
