@@ -4,9 +4,11 @@ With ``spark.walstream.ha.enabled=true`` (:mod:`driver.ha_conf`), ``start()`` ta
 part in the application's lease (:mod:`driver.lease`). The first process to claim
 it leads; any other becomes a hot standby and ``start()`` returns without running
 batches. A standby keeps warm what a cold restart would have to build: its
-SparkContext and executors (warmed at start), and the block tracker, which follows
-the driver WAL as the leader appends to it (:mod:`driver.tracker_tail`). Its
-receivers do not run.
+SparkContext and executors (warmed at start), the block tracker, which follows
+the driver WAL as the leader appends to it (:mod:`driver.tracker_tail`), the
+newest checkpoint, read and checked against its graph as the leader writes them
+(:mod:`driver.ha_context`), and the driver WAL's connection for its epoch link.
+Its receivers do not run.
 
 When the leader's lease expires (no renewal for ``leaseTimeout``), a standby claims
 the next epoch and, having won it, takes over in this order; each step's reason is

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How often a standby reads the newest checkpoint while standing by.
+CHECKPOINT_RELOAD_S = 5.0
+
 
 class HighAvailabilityMixin:
     """Leader-or-standby start and the takeover steps 2-5 of driver/ha.py."""
@@ -40,6 +43,7 @@ class HighAvailabilityMixin:
     _recovered: CheckpointData | None
     _ha: HighAvailability | None = None
     _ha_lock: threading.Lock
+    _ha_reloading: threading.Event | None = None
 
     if TYPE_CHECKING:  # provided by StreamingContext
         def _build_engine(self, cfg: EngineConfig) -> StreamingEngine: ...
@@ -59,11 +63,48 @@ class HighAvailabilityMixin:
             on_lost=self._on_lease_lost)
         role = self._ha.start()
         log.info("high availability: this driver is the %s", role)
+        if role == "standby" and self._checkpoint_dir is not None:
+            stop = self._ha_reloading = threading.Event()
+            threading.Thread(target=self._reload_checkpoints, args=(stop,), daemon=True,
+                             name="ha-checkpoint-reload").start()
+
+    def _reload_checkpoints(self, stop: threading.Event) -> None:
+        """While standing by, keep the newest checkpoint the leader wrote read and
+        checked against this process's graph: a standby whose code cannot restore
+        the leader's checkpoints stops now, with the reason, instead of failing at
+        its takeover; and the takeover finds the files it reads again warm. Only the
+        takeover's own read, after the fence, decides what is restored."""
+        assert self._checkpoint_dir is not None
+        while not stop.wait(CHECKPOINT_RELOAD_S):
+            try:
+                data = read_latest(self._checkpoint_dir)
+            except Exception as exc:  # unreadable now; the takeover reads it again
+                log.warning("standby: reading the newest checkpoint failed: %s", exc)
+                continue
+            error: BaseException | None = None
+            with self._ha_lock:
+                have = self._recovered
+                if stop.is_set() or data is None or (
+                        have is not None and (have.checkpoint_time_ms, have.epoch)
+                        == (data.checkpoint_time_ms, data.epoch)):
+                    continue
+                try:
+                    check_compatible(self.recovery_view(), data)
+                    self._recovered = data
+                except Exception as exc:
+                    error = exc
+            if error is not None:
+                log.error("standby: this application cannot restore the leader's "
+                          "checkpoint of %d: %s", data.checkpoint_time_ms, error)
+                self._on_lease_lost(error)
+                return
 
     def _lead(self, epoch: int, conf: dict[str, str]) -> None:
         """Takeover steps 2-5 of driver/ha.py for ``epoch`` (won in step 1)."""
         engine, ha = self._engine, self._ha
         assert engine is not None and ha is not None
+        if self._ha_reloading is not None:
+            self._ha_reloading.set()  # a leader reads its checkpoint once, below
         with self._ha_lock:
             # Each kill point below leaves a takeover half done; the next claimant
             # takes over from there (integration_tests/test_ha_kill_points.py).
@@ -109,6 +150,8 @@ class HighAvailabilityMixin:
         self._stop_on_fatal_error(exc)
 
     def _stop_highly_available(self) -> None:
+        if self._ha_reloading is not None:
+            self._ha_reloading.set()
         ha, self._ha = self._ha, None
         if ha is not None:
             ha.stop()
