@@ -70,8 +70,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from driver.errors import TrackerFencedError, TrackerWriteError
 from driver.events import (
@@ -84,61 +83,19 @@ from driver.events import (
     decode_event,
     encode_event,
 )
+from driver.tracker_state import RecoveryStats, TrackerState, wal_extent
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from wal.base import WriteAheadLog
 from wal.errors import WalError
 from walstream.errors import ConfigError, CorruptDataError
 from walstream.killpoints import kill_point
-from walstream.progress import Extent, ProgressReporter, ProgressSnapshot, format_rate
+from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
 
 log = logging.getLogger(__name__)
 
 #: How often a replay logs its progress (and once more at its end).
 REPLAY_LOG_INTERVAL_S = 5.0
-
-
-@dataclass(frozen=True)
-class RecoveryStats:
-    """What the tracker's WAL replay did: events decoded and applied in log order,
-    undecodable events skipped, how long it took, and when it began (wall clock,
-    seconds; the tracker's clock), and how many of the decoded events were void
-    (an older epoch's, after a newer epoch's cut: they changed nothing).
-    All zero, beginning at construction, when no replay ran."""
-
-    events_replayed: int
-    corrupt_events: int
-    seconds: float
-    started_at_s: float
-    fenced_events: int = 0
-
-
-@dataclass(frozen=True)
-class TrackerState:
-    """A plain, comparable snapshot of the tracker (for tests and ``walstream inspect``)."""
-
-    unallocated: tuple[tuple[int, tuple[ReceivedBlockInfo, ...]], ...]
-    allocated: tuple[tuple[int, tuple[tuple[int, tuple[ReceivedBlockInfo, ...]], ...]], ...]
-    last_allocated_batch_time_ms: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "unallocated": {str(s): [b.block_id for b in bs] for s, bs in self.unallocated},
-            "allocated": {
-                str(t): {str(s): [b.block_id for b in bs] for s, bs in streams}
-                for t, streams in self.allocated
-            },
-            "last_allocated_batch_time_ms": self.last_allocated_batch_time_ms,
-        }
-
-
-def wal_extent(wal: WriteAheadLog) -> Extent | None:
-    """How far ``wal``'s latest ``read_all`` got in its records of a known total;
-    None when the log cannot tell (see :meth:`~wal.base.WriteAheadLog.replay_progress`)."""
-    replay = wal.replay_progress()
-    if replay is None or replay.total is None:
-        return None
-    return Extent(replay.consumed, replay.total)
 
 
 class ReceivedBlockTracker:
@@ -183,10 +140,6 @@ class ReceivedBlockTracker:
         self._positions: dict[int, dict[tuple[str, int], int]] = {}
         self._epoch = epoch
         self._fence_epoch = 0
-        # The epoch whose cut this tracker logged and has not applied yet
-        # (start_epoch with through_tail): applied when the tail reaches it.
-        self._pending_cut: int | None = None
-        self._cut_changed = threading.Condition(self._lock)
         self._fenced_by_epoch: dict[int, int] = {}
         self._warned_epochs: set[int] = set()
         self._replaying = False
@@ -201,21 +154,13 @@ class ReceivedBlockTracker:
 
     def _log(self, event: TrackerEvent) -> TrackerEvent | None:
         """Stamp ``event`` with this tracker's epoch and write it; the stamped event
-        once durable (or when there is no WAL), None when the write failed or the
-        tracker's own cut is still pending (nothing logged then).
+        once durable (or when there is no WAL), None when the write failed.
 
         Raises :class:`TrackerFencedError`, logging nothing, when the tracker is
         fenced: the event would be void. An :class:`EpochStarted` is written as
         given (:meth:`start_epoch` checks it against the cut)."""
         if not isinstance(event, EpochStarted):
             self._refuse_if_fenced()
-            if self._pending_cut is not None:
-                # Applied now, the event would go before older-epoch events the
-                # tail has not delivered yet, an order replay does not follow.
-                log.error("tracker: not logging %s: the cut of epoch %d is logged but "
-                          "the log has not been read through it yet",
-                          type(event).__name__, self._pending_cut)
-                return None
             if event.epoch != self._epoch:
                 event = replace(event, epoch=self._epoch)
         if self._wal is None:
@@ -251,8 +196,6 @@ class ReceivedBlockTracker:
             if event.epoch == self._fence_epoch:
                 return  # the same cut logged again
             self._fence_epoch = event.epoch
-            if self._pending_cut is not None and self._pending_cut <= event.epoch:
-                self._pending_cut = None  # read through (or overtaken by a newer cut)
             if 0 < self._epoch < self._fence_epoch:
                 # A leader's tracker overtaken; a standby's or an inspection's
                 # tracker (epoch 0) never logs, so its cut is no news.
@@ -261,7 +204,6 @@ class ReceivedBlockTracker:
                             self._fence_epoch, self._epoch)
             elif not self._replaying:
                 log.info("tracker: applied the cut of epoch %d", event.epoch)
-            self._cut_changed.notify_all()
             return
         if isinstance(event, BlockAddition):
             b = event.block
@@ -412,17 +354,12 @@ class ReceivedBlockTracker:
         """Whether a newer epoch's cut was applied: this tracker logs nothing more."""
         return self._epoch < self._fence_epoch
 
-    @property
-    def cut_pending(self) -> bool:
-        """Whether this tracker's own cut is logged but not yet read back from the log."""
-        return self._pending_cut is not None
-
     def fenced_by_epoch(self) -> dict[int, int]:
         """How many void events each older epoch had (replay and live together)."""
         with self._lock:
             return dict(self._fenced_by_epoch)
 
-    def start_epoch(self, epoch: int, *, through_tail: bool = False) -> None:
+    def start_epoch(self, epoch: int) -> None:
         """Log the cut ``EpochStarted(epoch)``, then stamp ``epoch`` on every event.
 
         ``epoch`` must be above :attr:`fence_epoch` (else :class:`TrackerFencedError`)
@@ -433,15 +370,9 @@ class ReceivedBlockTracker:
         is adopted without logging again: one lease holder per epoch makes that cut
         this caller's.
 
-        ``through_tail`` False applies the cut at once, after it is durable (log
-        before apply). Exact only when every event logged before the cut is already
-        applied here: no other writer (no high availability, tests). A takeover
-        passes True: an old leader may have logged events the tracker has not read
-        yet, and they precede the cut in the log, so they must be applied first.
-        The cut then stays pending until :meth:`apply_logged` reads it back from the
-        log's tail (after every event before it); until then this tracker logs
-        nothing else (:meth:`add_block` answers False, allocations and cleanups
-        raise :class:`TrackerWriteError`). :meth:`wait_for_cut` waits for it.
+        The cut is applied at once, after it is durable (log before apply). Exact
+        only when every event logged before the cut is applied here already: a
+        takeover first reads the old leader's log to the end it cuts at.
         """
         with self._lock:
             if epoch < 1 or epoch < self._epoch:
@@ -451,27 +382,12 @@ class ReceivedBlockTracker:
                 raise TrackerFencedError(epoch, self._fence_epoch)
             if epoch == self._fence_epoch:
                 self._epoch = epoch
-                self._pending_cut = None
                 return
-            if self._pending_cut == epoch:
-                return  # logged already; the tail has not reached it
             cut = EpochStarted(epoch)
             if self._log(cut) is None:
                 raise TrackerWriteError(f"could not log the cut of epoch {epoch}")
             self._epoch = epoch
-            if through_tail and self._wal is not None:
-                self._pending_cut = epoch
-            else:
-                self._apply(cut)
-
-    def wait_for_cut(self, timeout_s: float) -> bool:
-        """Wait until this tracker's own cut is read back and applied (at once when
-        none is pending); False after ``timeout_s`` without it. Raises
-        :class:`TrackerFencedError` when a newer epoch's cut was applied instead."""
-        with self._cut_changed:
-            self._cut_changed.wait_for(lambda: self._pending_cut is None, timeout_s)
-            self._refuse_if_fenced()
-            return self._pending_cut is None
+            self._apply(cut)
 
     def apply_logged(self, data: bytes) -> bool:
         """Decode one event read from the driver WAL and apply it, as replay does.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from collections.abc import Callable
 
 import pytest
@@ -119,7 +118,7 @@ def test_replay_ignores_a_zombies_events_after_the_cut_and_applies_those_before(
     assert replayed.recovery_stats.fenced_events == 3
 
 
-def test_a_takeover_through_the_tail_equals_a_replay() -> None:
+def test_a_takeover_after_reading_the_tail_cuts_the_old_leaders_later_events() -> None:
     records: list[Entry | None] = []
     old = over(records)
     old.start_epoch(1)
@@ -129,32 +128,25 @@ def test_a_takeover_through_the_tail_equals_a_replay() -> None:
     standby = over(records)  # replays what is there, then tails
     tailed = len(records)
     for s in (1, 0):
-        assert old.add_block(block(s))  # before the cut, not yet read by the standby
+        assert old.add_block(block(s))  # not yet read by the standby
     old.allocate_blocks_to_batch(2000)
-
-    standby.start_epoch(2, through_tail=True)
-    assert standby.cut_pending and standby.epoch == 2 and standby.fence_epoch == 1
-    # Until the log is read through the cut, the new leader logs nothing else.
-    logged = len(records)
-    assert standby.add_block(block(0)) is False
-    with pytest.raises(TrackerWriteError):
-        standby.allocate_blocks_to_batch(3000)
-    assert len(records) == logged
-    assert standby.wait_for_cut(0.01) is False
+    # The takeover reads the log to its end first, then logs its cut.
+    while tailed < len(records):
+        assert standby.apply_logged(data(records, tailed)) is True
+        tailed += 1
+    standby.start_epoch(2)
+    assert standby.epoch == 2 and standby.fence_epoch == 2
+    assert standby.get_blocks_of_batch(2000)
+    tailed += 1  # the cut itself, applied when logged
 
     zombie = block(0)
     assert old.add_block(zombie)  # after the cut
     old.allocate_blocks_to_batch(3000)
-
-    while standby.cut_pending:
-        assert standby.apply_logged(data(records, tailed)) is True
-        tailed += 1
-    assert standby.wait_for_cut(0.0) is True
-    assert standby.fence_epoch == 2 and standby.get_blocks_of_batch(2000)
     # The tail after the cut holds only void events of the old epoch.
     assert [standby.apply_logged(data(records, i)) for i in range(tailed, len(records))] == [
         False, False]
     assert standby.fenced_events == 2
+    assert zombie not in standby.get_unallocated_blocks(0)
 
     for s in (0, 1):
         assert standby.add_block(block(s))
@@ -310,28 +302,10 @@ def test_an_undecodable_record_on_the_tail_is_skipped_and_counted() -> None:
     assert t.get_unallocated_blocks(0) == [b]
 
 
-def test_wait_for_cut_raises_when_a_newer_cut_overtakes_the_pending_one() -> None:
-    records: list[Entry | None] = []
-    t = over(records)
-    t.start_epoch(2, through_tail=True)
-    records.append((encode_event(EpochStarted(3)), 1))  # a newer leader, ahead of ours
-
-    def tail() -> None:
-        for i in range(len(records)):
-            t.apply_logged(data(records, i))
-
-    feeder = threading.Thread(target=tail)
-    feeder.start()
-    with pytest.raises(TrackerFencedError):
-        t.wait_for_cut(5.0)
-    feeder.join()
-    assert t.fenced and t.fence_epoch == 3 and not t.cut_pending
-
-
 def test_a_tracker_without_a_wal_applies_its_cut_at_once() -> None:
     t = ReceivedBlockTracker(STREAMS, None)
-    t.start_epoch(1, through_tail=True)
-    assert t.fence_epoch == 1 and not t.cut_pending
+    t.start_epoch(1)
+    assert t.fence_epoch == 1 and t.epoch == 1
     assert t.add_block(block(0))
 
 
