@@ -20,6 +20,7 @@ from driver.engine_config import EngineConfig
 from driver.ha import HighAvailability
 from driver.kafka_sink import fence_sinks, kafka_sinks_of, set_sink_epoch
 from driver.recovery import check_compatible
+from driver.warm_up import keep_warm
 from walstream.kafka_settings import settings_from_conf
 from walstream.killpoints import kill_point
 
@@ -43,7 +44,8 @@ class HighAvailabilityMixin:
     _recovered: CheckpointData | None
     _ha: HighAvailability | None = None
     _ha_lock: threading.Lock
-    _ha_reloading: threading.Event | None = None
+    _ha_standing_by: threading.Event | None = None
+    _sc: Any
 
     if TYPE_CHECKING:  # provided by StreamingContext
         def _build_engine(self, cfg: EngineConfig) -> StreamingEngine: ...
@@ -63,10 +65,12 @@ class HighAvailabilityMixin:
             on_lost=self._on_lease_lost)
         role = self._ha.start()
         log.info("high availability: this driver is the %s", role)
-        if role == "standby" and self._checkpoint_dir is not None:
-            stop = self._ha_reloading = threading.Event()
-            threading.Thread(target=self._reload_checkpoints, args=(stop,), daemon=True,
-                             name="ha-checkpoint-reload").start()
+        if role == "standby":
+            stop = self._ha_standing_by = threading.Event()
+            keep_warm(self._sc, conf, stop)
+            if self._checkpoint_dir is not None:
+                threading.Thread(target=self._reload_checkpoints, args=(stop,),
+                                 daemon=True, name="ha-checkpoint-reload").start()
 
     def _reload_checkpoints(self, stop: threading.Event) -> None:
         """While standing by, keep the newest checkpoint the leader wrote read and
@@ -103,8 +107,8 @@ class HighAvailabilityMixin:
         """Takeover steps 2-5 of driver/ha.py for ``epoch`` (won in step 1)."""
         engine, ha = self._engine, self._ha
         assert engine is not None and ha is not None
-        if self._ha_reloading is not None:
-            self._ha_reloading.set()  # a leader reads its checkpoint once, below
+        if self._ha_standing_by is not None:
+            self._ha_standing_by.set()  # no more keep-warm jobs or checkpoint reads
         with self._ha_lock:
             # Each kill point below leaves a takeover half done; the next claimant
             # takes over from there (integration_tests/test_ha_kill_points.py).
@@ -150,8 +154,8 @@ class HighAvailabilityMixin:
         self._stop_on_fatal_error(exc)
 
     def _stop_highly_available(self) -> None:
-        if self._ha_reloading is not None:
-            self._ha_reloading.set()
+        if self._ha_standing_by is not None:
+            self._ha_standing_by.set()
         ha, self._ha = self._ha, None
         if ha is not None:
             ha.stop()

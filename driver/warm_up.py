@@ -9,6 +9,11 @@ on a background thread when the context starts overlaps that work with the
 WAL replay. It reads and writes nothing, so it cannot affect any result; when
 it fails (the context stopped at once, say) only a debug line is logged.
 Turned off with ``spark.walstream.warmUpWorkers=false``.
+
+A hot standby (driver/ha.py) keeps them warm while it stands by: Spark ends a
+Python worker left idle for a minute, and a standby runs no batch. So every
+``KEEP_WARM_PERIOD_S`` it runs the same job with a shuffle after it, the shape of
+a batch's word count, which also keeps the JVM's shuffle path compiled.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 CONF_WARM_UP = "spark.walstream.warmUpWorkers"
+#: Below Spark's one-minute end of idle Python workers.
+KEEP_WARM_PERIOD_S = 20.0
 
 
 def _import_block_reader(_: Iterable[Any]) -> Iterator[int]:
@@ -48,5 +55,32 @@ def warm_up_workers(sc: Any, conf: dict[str, str]) -> threading.Thread | None:
             log.debug("worker warm-up job did not finish: %s", exc)
 
     thread = threading.Thread(target=run, name="walstream-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm_job(sc: Any) -> None:
+    n = max(1, int(sc.defaultParallelism))
+    (sc.parallelize(range(n), n).mapPartitions(_import_block_reader)
+     .map(lambda i: (i, 1)).reduceByKey(lambda a, b: a + b, n).count())
+
+
+def keep_warm(sc: Any, conf: dict[str, str], stop: threading.Event,
+              period_s: float | None = None) -> threading.Thread | None:
+    """Until ``stop`` is set, run a warm-up job with a shuffle every ``period_s``
+    (default :data:`KEEP_WARM_PERIOD_S`) on a daemon thread; None when warm-ups are
+    turned off. A job that fails is logged at debug level and tried again later."""
+    if conf.get(CONF_WARM_UP, "true").strip().lower() == "false":
+        return None
+    period = KEEP_WARM_PERIOD_S if period_s is None else period_s
+
+    def run() -> None:
+        while not stop.wait(period):
+            try:
+                _warm_job(sc)
+            except Exception as exc:  # stopping, or a lost executor: only less warm
+                log.debug("keep-warm job did not finish: %s", exc)
+
+    thread = threading.Thread(target=run, name="walstream-keep-warm", daemon=True)
     thread.start()
     return thread
