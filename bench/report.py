@@ -48,6 +48,8 @@ PARTS: list[tuple[str, str, str | None]] = [
      "first batch <= 0.5x Spark's"),
     (RUN_LENGTH_FILE, "Recovery against run length (walstream)",
      "flat: within 1.2x of after 1 minute"),
+    ("RESULTS-failover.md", "Failover to a hot standby, 10^2-10^4 blocks (ten receivers)",
+     "first batch <= 2 s after the leader's SIGKILL"),
     ("RESULTS-ingest.md", "Ingest: Kafka source -> receiver WAL -> reported",
      ">= 0.7x raw produce"),
     ("RESULTS-soak.md", "Soak: RSS over 30 minutes at half the sustained rate",
