@@ -1,8 +1,8 @@
 """Chaos harness: kill drivers, receivers and the broker; prove exactly-once results.
 
-``python -m walstream.testing.chaos [--mode receiver|direct] [--seed S]
+``python -m walstream.testing.chaos [--mode receiver|direct|ha] [--seed S]
 [--driver-kills N] [--receiver-kills N] [--broker-kills N] [--kill-points]
-[--records N] [--rate R] [--summary FILE]``
+[--ha-pauses N] [--records N] [--rate R] [--summary FILE]``
 
 Protocol of one run (every random choice from ``--seed``, printed, so a failing
 run can be replayed):
@@ -35,6 +35,15 @@ run can be replayed):
    same batch time. Lost and duplicated word counts must both be 0; every bad
    record must have been reported.
 6. Every process started is stopped, also when a check fails.
+
+``--mode ha`` (:func:`run_ha`) runs :mod:`walstream.testing.ha_app` (a generator
+receiver of ``--records`` lines and a direct stream of the feeder's topic) twice on
+one checkpoint directory, a leader and a hot standby, on a broker of its own (not
+durable: no broker kills). Each ``--driver-kills`` fault SIGKILLs the leader's
+group; each ``--ha-pauses`` fault SIGSTOPs it past its lease then wakes it, and it
+must exit fenced. After each, the standby must take over (its first batch and its
+logged takeover time are recorded) and the lost process starts again as the next
+standby. The running totals and the exactly-once KafkaSink output must equal the input.
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +74,11 @@ from walstream.testing.chaos_config import (
     ChaosConfig,
     ChaosResult,
     log,
+    lost_and_doubled,
 )
 from walstream.testing.chaos_feeder import Feeder
-from walstream.testing.chaos_process import App, is_executor, parent_pid
+from walstream.testing.chaos_process import App, HAPair, is_executor, parent_pid
+from walstream.testing.recovery_app import expected_counts
 from walstream.testing.waiting import wait_until
 
 # -- the run -----------------------------------------------------------------------------
@@ -91,6 +102,10 @@ def _on_block_path(fault: str) -> bool:
 
 
 def _plan(cfg: ChaosConfig, rng: random.Random) -> list[str]:
+    if cfg.mode == "ha":
+        faults = ["driver"] * cfg.driver_kills + ["pause"] * cfg.ha_pauses
+        rng.shuffle(faults)
+        return faults
     faults = ["driver"] * cfg.driver_kills + ["receiver"] * (
         cfg.receiver_kills if cfg.mode == "receiver" else 0) + ["broker"] * cfg.broker_kills \
         + ["executor"] * (cfg.executor_kills if cfg.cluster and cfg.mode == "receiver" else 0)
@@ -102,6 +117,8 @@ def _plan(cfg: ChaosConfig, rng: random.Random) -> list[str]:
 
 
 def run(cfg: ChaosConfig) -> ChaosResult:
+    if cfg.mode == "ha":
+        return run_ha(cfg)
     result = ChaosResult(cfg)
     rng = random.Random(cfg.seed)
     t0 = time.monotonic()
@@ -187,6 +204,96 @@ def run(cfg: ChaosConfig) -> ChaosResult:
         if own_broker:
             broker.stop(home)
         stack.close()
+        result.seconds = time.monotonic() - t0
+    return result
+
+
+HA_RESTART_S = 30.0  # about what a relaunched HA process takes to stand by
+
+
+def run_ha(cfg: ChaosConfig) -> ChaosResult:
+    """``--mode ha``: the leader killed or paused, the standby taking over, each time."""
+    result = ChaosResult(cfg)
+    rng = random.Random(cfg.seed)
+    t0 = time.monotonic()
+    own_broker = not os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    work = cfg.workdir or Path(tempfile.mkdtemp(prefix="walstream-chaos-ha-"))
+    home = work / "broker"
+    pair: HAPair | None = None
+    cfg.broker_kills = cfg.receiver_kills = cfg.executor_kills = 0
+    try:
+        bootstrap = (f"127.0.0.1:{broker.start(home, procs.free_port(), attached=True).port}"
+                     if own_broker else os.environ["KAFKA_BOOTSTRAP_SERVERS"].strip())
+        run_id = uuid.uuid4().hex[:8]
+        direct, sink = f"chaos-ha-src-{run_id}", f"chaos-ha-out-{run_id}"
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
+        for t in (direct, sink):  # a fence never creates a sink topic
+            admin.create_topics([NewTopic(t, 1, -1)])[t].result(timeout=60)
+        faults = _plan(cfg, rng)
+        if cfg.rate <= 0:  # both inputs flow while the faults happen
+            cfg.rate = max(20.0, cfg.records / (len(faults) + 1)
+                           / (sum(cfg.fault_gap_s) / 2 + HA_RESTART_S))
+        log(f"seed {cfg.seed}, mode ha, {cfg.records} receiver lines and {cfg.records} "
+            f"direct records at {cfg.rate:.0f}/s each, work dir {work}, faults {faults}")
+        feeder = Feeder(bootstrap, direct, cfg)
+        feeder.start()
+        pair = HAPair(work, bootstrap, sink, total=cfg.records, rate=cfg.rate, seed=cfg.seed,
+                      direct=direct)
+        leader = pair.launch()
+        pair.wait_role(leader, "leader", "the first process to lead and complete a batch")
+        standby = pair.launch()
+        pair.wait_role(standby, "standby", "the second process to stand by")
+        result.rss_mib.append(pair.rss_mib())
+        for i, fault in enumerate(faults):
+            mark = time.time()
+            time.sleep(rng.uniform(*cfg.fault_gap_s))
+            pair.first_batch_after(leader, mark, f"fault {i}: the leader's batches")
+            pause_s = cfg.ha_pause_s if fault == "pause" else 0.0
+            log(f"fault {i}: " + (f"SIGSTOP the leader {leader.pid} for {pause_s:.0f} s"
+                                  if pause_s else f"SIGKILL the leader's group {leader.pid}"))
+            first, took, problem = pair.fail_over(leader, standby, pause_s)
+            if problem is not None:
+                log(f"fault {i}: {problem}")
+                result.problems.append(problem)
+            result.kills[fault] += 1
+            result.recoveries_s.append(first)
+            result.takeovers_s += [took] if took is not None else []
+            log(f"fault {i}: the standby {standby.pid} took over (logged: {took} s); its "
+                f"first batch {first:.2f} s after the signal")
+            leader, standby = standby, pair.launch()  # the lost one comes back
+            pair.wait_role(standby, "standby", f"fault {i}: the relaunched process to stand by")
+        wait_until(feeder.done.is_set, cfg.timeout_s, "the feeder", poll_s=POLL_S)
+        expected = expected_counts(cfg.seed, cfg.records)
+        expected.update({f"d {w}": n for w, n in feeder.expected.items()})
+        current = pair  # for the lambdas: not None
+        wait_until(lambda: current.totals() == expected, cfg.drain_limit_s,
+                   "the running totals to equal the input", poll_s=PROGRESS_POLL_S,
+                   progress=lambda: len(current.batches()), stall_s=min(cfg.timeout_s, 300),
+                   abort=lambda: "totals over the input" if any(
+                       n > expected.get(w, 0) for w, n in current.totals().items()) else None,
+                   details=lambda: f"{sum(current.totals().values())} of "
+                                   f"{sum(expected.values())} words\n{current.details()}")
+        done_at = time.time()
+        wait_until(lambda: len(current.batches(leader, done_at)) >= 2, 120, "two more batches",
+                   poll_s=POLL_S)
+        result.rss_mib.append(pair.rss_mib())
+        pair.close()  # the output is read once nothing writes any more
+        if pair.totals() != expected:
+            result.problems.append("the running totals changed after they equalled the input")
+        if feeder.failed:
+            result.problems.append(f"feeder: {feeder.failed[:3]}")
+        result.records_in, result.bad_in = cfg.records + feeder.good, feeder.bad
+        _sink_output(bootstrap, sink, expected, result)
+    except Exception as exc:
+        log(f"{type(exc).__name__}: {exc}")  # with the processes' log tails
+        result.problems.append(f"{type(exc).__name__}: {(str(exc) or ' ').splitlines()[0]}")
+    finally:
+        if pair is not None:
+            pair.close()
+        if own_broker:
+            broker.stop(home)
         result.seconds = time.monotonic() - t0
     return result
 
@@ -282,24 +389,30 @@ def _kill_point_fault(point: str, app: App, bootstrap: str, result: ChaosResult,
         _restart_and_compare(app, bootstrap, result)
 
 
-def _verify(app: App, feeder: Feeder, bootstrap: str, sink: str, result: ChaosResult) -> None:
+def _sink_output(bootstrap: str, sink: str, expected: Mapping[str, int],
+                 result: ChaosResult) -> dict[int, Counter[str]]:
+    """The exactly-once Kafka output per batch; words in / out, batches, lost and
+    duplicated into ``result``."""
     from driver import read_exactly_once
 
+    got: Counter[str] = Counter()
+    per_batch: dict[int, Counter[str]] = {}
+    for batch, _, value in read_exactly_once(bootstrap, sink):
+        word, n = (value or b"").decode().rsplit("\t", 1)
+        got[word] += int(n)
+        per_batch.setdefault(batch, Counter())[word] += int(n)
+    result.words_in, result.words_out = sum(expected.values()), sum(got.values())
+    result.batches = len(per_batch)
+    result.lost, result.duplicated = lost_and_doubled(expected, got)
+    return per_batch
+
+
+def _verify(app: App, feeder: Feeder, bootstrap: str, sink: str, result: ChaosResult) -> None:
     if feeder.failed:
         result.problems.append(f"feeder: {feeder.failed[:3]}")
     expected = feeder.expected
     result.records_in, result.bad_in = feeder.good, feeder.bad
-    result.words_in = sum(expected.values())
-    got: Counter[str] = Counter()
-    per_batch: dict[int, Counter[str]] = {}
-    for batch, _, value in read_exactly_once(bootstrap, sink):
-        word, n = (value or b"").decode().split("\t")
-        got[word] += int(n)
-        per_batch.setdefault(batch, Counter())[word] += int(n)
-    result.words_out = sum(got.values())
-    result.batches = len(per_batch)
-    result.lost = sum(max(0, expected[w] - got[w]) for w in expected)
-    result.duplicated = sum(max(0, got[w] - expected[w]) for w in got)
+    per_batch = _sink_output(bootstrap, sink, expected, result)
     totals = json.loads((app.out / "totals.json").read_text())
     if totals != dict(expected):
         result.problems.append("the checkpointed running totals differ from the input")
@@ -346,7 +459,8 @@ def _points(arg: str) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m walstream.testing.chaos",
                                  description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("--mode", choices=("receiver", "direct"), default="receiver")
+    ap.add_argument("--mode", choices=("receiver", "direct", "ha"), default="receiver",
+                    help="ha: a leader and a hot standby; --driver-kills SIGKILL the leader")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
     ap.add_argument("--driver-kills", type=int, default=5)
     ap.add_argument("--receiver-kills", type=int, default=5)
@@ -361,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0.0,
                     help="source records/s (default: spread over the planned faults)")
     ap.add_argument("--broker-down-s", type=float, default=10.0)
+    ap.add_argument("--ha-pauses", type=int, default=0,
+                    help="mode ha: SIGSTOPs of the leader past its lease (it must wake fenced)")
+    ap.add_argument("--ha-pause-s", type=float, default=5.0,
+                    help="mode ha: how long each pause lasts")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--summary", type=Path, help="append the summary table (markdown) here")
     args = ap.parse_args(argv)
@@ -374,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
                       receiver_kills=args.receiver_kills, broker_kills=args.broker_kills,
                       kill_points=_points(args.kill_points), records=args.records,
                       rate=args.rate,
-                      broker_down_s=args.broker_down_s, workdir=args.workdir)
+                      broker_down_s=args.broker_down_s, ha_pauses=args.ha_pauses,
+                      ha_pause_s=args.ha_pause_s, workdir=args.workdir)
     result = run(cfg)
     table = result.table()
     print(table)

@@ -1,8 +1,12 @@
-"""The chaos harness's application process group and what it can read of it.
+"""The chaos harness's application process groups and what it can read of them.
 
 The application (:mod:`walstream.testing.chaos_app`) runs as its own process group,
 tied to the harness with ``die_with_parent``; it reports its batches and its
 receivers' workers in files under its work directory, which the harness reads here.
+:class:`HAPair` does the same for the high-availability app
+(:mod:`walstream.testing.ha_app`) started more than once on one checkpoint
+directory: a leader and a hot standby (the chaos harness's ``--mode ha`` and
+``examples/demo_failover.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +24,7 @@ from typing import Any
 
 from walstream import killpoints, procs
 from walstream.testing.chaos_config import ROOT, ChaosConfig
+from walstream.testing.waiting import wait_until
 
 
 class App:
@@ -128,3 +135,182 @@ def group_pids(pgid: int) -> list[int]:
                 if os.getpgid(int(entry.name)) == pgid:
                     out.append(int(entry.name))
     return out
+
+
+TOOK_OVER = re.compile(r"high availability: took over epoch (\d+) in ([0-9.]+) s")
+#: What a woken leader logs once it finds itself fenced (a takeover's own step line
+#: says "sinks fenced", which this does not match).
+FENCED = re.compile(r"\bis fenced\b|\bfenced by epoch\b|LeaseFencedError")
+#: How long a woken, fenced leader may take to exit.
+FENCED_EXIT_S = 60.0
+#: Bound on each wait for the HA app (a SparkContext start on a loaded 2-core machine).
+HA_WAIT_S = 240.0
+
+
+def takeovers(log_text: str) -> list[tuple[int, float]]:
+    """(epoch, seconds) of each ``took over epoch N in X s`` line of an HA app's log:
+    from the moment its standby saw the lease expired to leading."""
+    return [(int(m.group(1)), float(m.group(2))) for m in TOOK_OVER.finditer(log_text)]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` (none if it is missing; a line being written is skipped)."""
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows
+
+
+class HAPair:
+    """The HA app started on one checkpoint directory as often as :meth:`launch` is
+    called: each process a group of its own with a log of its own, tied to this one
+    with ``die_with_parent``; roles, batches and totals read from its output files."""
+
+    def __init__(self, work: Path, bootstrap: str, sink: str, *, total: int, rate: float,
+                 seed: int, direct: str = "", lease_timeout: str = "1s",
+                 batch_s: float = 1.0) -> None:
+        self.ckpt, self.out, self.logs = work / "ckpt", work / "out", work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.bootstrap, self.sink, self.direct = bootstrap, sink, direct
+        self.total, self.rate, self.seed, self.lease_timeout = total, rate, seed, lease_timeout
+        self.batch_s = batch_s
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                   PYTHONPATH=str(ROOT))
+        for name in ("PYSPARK_SUBMIT_ARGS", killpoints.ENV, killpoints.FILE_ENV):
+            env.pop(name, None)
+        cmd = [sys.executable, "-m", "walstream.testing.ha_app", str(self.ckpt), str(self.out),
+               "--sink", self.sink, "--bootstrap", self.bootstrap, "--total", str(self.total),
+               "--rate", str(self.rate), "--seed", str(self.seed),
+               "--lease-timeout", self.lease_timeout, "--batch", str(self.batch_s)]
+        if self.direct:
+            cmd += ["--direct-topic", self.direct]
+        with open(self.logs / f"app-{len(self.procs)}.log", "ab") as err:
+            p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                                 start_new_session=True, preexec_fn=procs.die_with_parent)
+        self.procs.append(p)
+        return p
+
+    def log_path(self, p: subprocess.Popen[bytes]) -> Path:
+        return self.logs / f"app-{self.procs.index(p)}.log"
+
+    def log_of(self, p: subprocess.Popen[bytes]) -> str:
+        path = self.log_path(p)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def role(self, p: subprocess.Popen[bytes]) -> str | None:
+        """The role ``p`` wrote when its start returned (None: not yet)."""
+        roles = [r.get("role") for r in read_jsonl(self.out / "roles.jsonl")
+                 if r.get("pid") == p.pid]
+        return str(roles[-1]) if roles else None
+
+    def batches(self, p: subprocess.Popen[bytes] | None = None,
+                since: float = 0.0) -> list[dict[str, Any]]:
+        """Completed batches (of ``p`` only, if given) since the wall time ``since``."""
+        return [b for b in read_jsonl(self.out / "progress.jsonl")
+                if (p is None or b.get("pid") == p.pid) and b.get("wall", 0.0) >= since]
+
+    def totals(self) -> dict[str, int]:
+        try:
+            return dict(json.loads((self.out / "totals.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def details(self) -> str:
+        """Each process's exit status and last log lines (``details=`` of a wait)."""
+        return "\n".join(f"--- {self.log_path(p)} (pid {p.pid}, exit {p.poll()}) ---\n"
+                         + "\n".join(self.log_of(p).splitlines()[-30:]) for p in self.procs)
+
+    def wait_role(self, p: subprocess.Popen[bytes], role: str, what: str) -> None:
+        """Wait until ``p`` is in ``role`` and, for a leader, completed a batch; fail
+        early when it took another role or exited."""
+        def other() -> str | None:
+            got = self.role(p)
+            if got is not None and got != role:
+                return f"process {p.pid} is the {got}"
+            return f"process {p.pid} exited ({p.poll()})" if p.poll() is not None else None
+
+        wait_until(lambda: self.role(p) == role and (role != "leader" or bool(self.batches(p))),
+                   HA_WAIT_S, what, poll_s=0.2, abort=other, details=self.details)
+
+    def first_batch_after(self, p: subprocess.Popen[bytes], wall: float, what: str) -> float:
+        """Seconds from ``wall`` to the first batch ``p`` completed after it (waited for)."""
+        wait_until(lambda: bool(self.batches(p, wall)), HA_WAIT_S, what, poll_s=0.1,
+                   abort=lambda: f"process {p.pid} exited" if p.poll() is not None else None,
+                   details=self.details)
+        return float(self.batches(p, wall)[0]["wall"]) - wall
+
+    def took_over_s(self, p: subprocess.Popen[bytes], wait_s: float = 10.0) -> float | None:
+        """The seconds of ``p``'s ``took over`` log line, waited for up to ``wait_s``
+        (None: it did not log one)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = takeovers(self.log_of(p))
+            if found or time.monotonic() > deadline:
+                return found[-1][1] if found else None
+            time.sleep(0.1)
+
+    def fail_over(self, leader: subprocess.Popen[bytes], standby: subprocess.Popen[bytes],
+                  pause_s: float = 0.0) -> tuple[float, float | None, str | None]:
+        """SIGKILL ``leader``'s whole group (``pause_s`` 0) or SIGSTOP it for ``pause_s``
+        then SIGCONT it; wait for ``standby`` to take over and, after a pause, for the
+        woken leader to exit fenced. Returns the seconds from the signal to the first
+        batch ``standby`` completed, its logged takeover seconds, and what went wrong
+        with the woken leader (None: it said it was fenced and exited; else it is
+        killed). Raises when the group survives a SIGKILL or nobody takes over."""
+        signalled = time.time()
+        if pause_s <= 0:
+            if not self.kill(leader):
+                raise RuntimeError(f"the leader's group {leader.pid} survived SIGKILL")
+            first = self.first_batch_after(standby, signalled, "the standby's first batch "
+                                           "after the leader's SIGKILL")
+            return first, self.took_over_s(standby), None
+        seen = len(self.log_of(leader))
+        os.killpg(leader.pid, signal.SIGSTOP)
+        first = self.first_batch_after(standby, signalled, "the standby's first batch "
+                                       "while the leader is paused")
+        time.sleep(max(0.0, pause_s - (time.time() - signalled)))
+        os.killpg(leader.pid, signal.SIGCONT)
+        woken = time.monotonic()
+        while leader.poll() is None and time.monotonic() - woken < FENCED_EXIT_S:
+            time.sleep(0.2)
+        said = bool(FENCED.search(self.log_of(leader)[seen:]))
+        problem = None
+        if leader.poll() is None:
+            problem = (f"the paused leader {leader.pid} "
+                       f"{'said it was fenced but ' if said else ''}did not exit within "
+                       f"{FENCED_EXIT_S:.0f} s of waking; see {self.log_path(leader)}")
+        elif not said:
+            problem = (f"the paused leader {leader.pid} exited ({leader.returncode}) "
+                       f"without saying it was fenced; see {self.log_path(leader)}")
+        self.kill(leader)  # what is left of its group
+        return first, self.took_over_s(standby), problem
+
+    def rss_mib(self) -> float:
+        """Resident memory of the live processes' groups, in MiB."""
+        pages = 0
+        for p in self.procs:
+            if p.poll() is None:
+                for pid in group_pids(p.pid):
+                    with contextlib.suppress(OSError, ValueError, IndexError):
+                        pages += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def kill(self, p: subprocess.Popen[bytes]) -> bool:
+        """SIGKILL ``p``'s whole group (woken first if paused); whether it is gone."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGCONT)
+        gone = procs.kill_group(p.pid)
+        p.poll()
+        return gone
+
+    def close(self) -> None:
+        """Stop every process this pair started, whatever state it is in."""
+        for p in self.procs:
+            self.kill(p)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=30)
