@@ -29,6 +29,7 @@ setup: prereqs $(STAMP)
 demo: setup
 	$(BIN)/python examples/demo_wordcount.py --seconds $${DEMO_SECONDS:-20}
 	$(BIN)/python examples/demo_recovery.py --total $${DEMO_RECOVERY_LINES:-6000}
+	$(BIN)/python examples/demo_failover.py --total $${DEMO_FAILOVER_LINES:-6000}
 
 lint: setup
 	$(BIN)/ruff check .
@@ -78,14 +79,19 @@ bench-smoke: setup
 	$(BIN)/python -m bench.soak_bench --size small --runs 1 --out $(SMOKE_OUT)/RESULTS-soak.md
 	@ls $(SMOKE_OUT)/*.md && echo "bench-smoke: every benchmark ran; results in $(SMOKE_OUT)/"
 
-# The long chaos soak (the bounded version runs in `make test`). Every knob can be
-# set: make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10
+# The long chaos soak (the bounded version runs in `make test`), then the high
+# availability soak (a leader and a hot standby; the leader SIGKILLed CHAOS_HA_KILLS
+# times and paused past its lease CHAOS_HA_PAUSES times). Every knob can be set:
+# make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10
 CHAOS_SEED ?= 1
 CHAOS_DRIVER_KILLS ?= 30
 CHAOS_RECEIVER_KILLS ?= 15
 CHAOS_BROKER_KILLS ?= 3
 CHAOS_RECORDS ?= 20000
 CHAOS_BROKER_DOWN_S ?= 30
+CHAOS_HA_KILLS ?= 10
+CHAOS_HA_PAUSES ?= 2
+CHAOS_HA_RECORDS ?= 6000
 CHAOS_SUMMARY ?= chaos-summary.md
 chaos: setup
 	$(BIN)/python -m walstream.testing.chaos --mode receiver --seed $(CHAOS_SEED) \
@@ -93,6 +99,9 @@ chaos: setup
 		--broker-kills $(CHAOS_BROKER_KILLS) --broker-down-s $(CHAOS_BROKER_DOWN_S) \
 		--records $(CHAOS_RECORDS) \
 		--summary $(CHAOS_SUMMARY)
+	$(BIN)/python -m walstream.testing.chaos --mode ha --seed $(CHAOS_SEED) \
+		--driver-kills $(CHAOS_HA_KILLS) --ha-pauses $(CHAOS_HA_PAUSES) \
+		--records $(CHAOS_HA_RECORDS) --summary $(CHAOS_SUMMARY)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
