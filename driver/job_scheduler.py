@@ -24,11 +24,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from driver.batch_info import BatchInfo, OutputOperationInfo
+from driver.daemon_pool import DaemonThreadPool
 from driver.errors import JobFailedError
 from driver.listener import (
     ListenerBus,
@@ -92,8 +92,7 @@ class JobScheduler:
             bus = ListenerBus()
             bus.start()
         self.bus = bus
-        self._pool = ThreadPoolExecutor(max_workers=max(1, concurrent_jobs),
-                                        thread_name_prefix="streaming-job")
+        self._pool = DaemonThreadPool(max(1, concurrent_jobs), "streaming-job")
         self._on_batch_completed = on_batch_completed
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -255,4 +254,4 @@ class JobScheduler:
         with self._lock:
             self._stopped = True
             self._cond.notify_all()
-        self._pool.shutdown(wait=wait_for_jobs, cancel_futures=not wait_for_jobs)
+        self._pool.shutdown(wait=wait_for_jobs, cancel_pending=not wait_for_jobs)

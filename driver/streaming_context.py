@@ -34,6 +34,7 @@ from driver.dstream import DStream
 from driver.durations import to_ms
 from driver.engine import StreamingEngine
 from driver.engine_config import EngineConfig
+from driver.errors import JobFailedError
 from driver.graph import DStreamGraph
 from driver.graph_pickle import dumps_graph, pickle_graph
 from driver.ha_context import HighAvailabilityMixin
@@ -56,6 +57,10 @@ from walstream.log_format import apply_log_format
 log = logging.getLogger(__name__)
 
 CONF_BOOTSTRAP = "spark.walstream.kafka.bootstrapServers"
+#: How long awaitTermination lets a context stopping on an error finish stopping.
+FATAL_STOP_WAIT_S = 60.0
+#: How long it waits for that stop to begin (it begins right after the error).
+FATAL_STOP_APPEARS_S = 2.0
 CONF_APP_ID = "spark.walstream.appId"
 
 
@@ -106,6 +111,7 @@ class StreamingContext(HighAvailabilityMixin):
         self._checkpoint_writer: CheckpointWriter | None = None
         self._graph_bytes: bytes | bool | None = False  # False: not pickled yet
         self._stopped_on_error = False  # stopped by the engine's fatal error, not by stop()
+        self._fatal_stops: dict[int, threading.Thread] = {}  # id(error) -> its stop
 
     def _pickled_graph(self) -> bytes | None:
         """The graph for checkpoints, pickled once: after start it no longer changes
@@ -318,7 +324,9 @@ class StreamingContext(HighAvailabilityMixin):
                     self._stopped_on_error = True
                     self.stop(stopSparkContext=False)
 
-        threading.Thread(target=stop, name="stop-streaming-context", daemon=True).start()
+        thread = threading.Thread(target=stop, name="stop-streaming-context", daemon=True)
+        thread.start()
+        self._fatal_stops[id(exc)] = thread  # once started: awaitTermination joins it
 
     def _on_checkpoint_error(self, exc: BaseException) -> None:
         if isinstance(exc, CheckpointFencedError):
@@ -350,14 +358,39 @@ class StreamingContext(HighAvailabilityMixin):
         writer.write(data, done)
 
     def awaitTermination(self, timeout: float | None = None) -> None:  # noqa: N802
-        if self._engine is None:
-            raise ConfigError("the StreamingContext has not been started")
-        self._engine.await_termination(timeout)
+        self._await_termination(timeout)
 
     def awaitTerminationOrTimeout(self, timeout: float) -> bool:  # noqa: N802
-        if self._engine is None:
+        return self._await_termination(timeout)
+
+    def _await_termination(self, timeout: float | None) -> bool:
+        """The engine's wait; an error that stops the context (not a failed job, which
+        Spark's awaitTermination also raises while the context runs on) is raised
+        only once that stop has finished, bounded by ``FATAL_STOP_WAIT_S``: a script
+        that ends on it then finds the context stopped, nothing left running."""
+        engine = self._engine
+        if engine is None:
             raise ConfigError("the StreamingContext has not been started")
-        return self._engine.await_termination(timeout)
+        try:
+            return engine.await_termination(timeout)
+        except JobFailedError:
+            raise
+        except BaseException as exc:
+            self._wait_for_fatal_stop(exc)
+            raise
+
+    def _wait_for_fatal_stop(self, exc: BaseException) -> None:
+        deadline = time.monotonic() + FATAL_STOP_WAIT_S
+        # The stop starts right after the error is reported, on its own thread.
+        appear_by = time.monotonic() + FATAL_STOP_APPEARS_S
+        while id(exc) not in self._fatal_stops and time.monotonic() < appear_by:
+            time.sleep(0.01)
+        thread = self._fatal_stops.get(id(exc))
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.error("the StreamingContext did not stop within %.0f s of: %s",
+                          FATAL_STOP_WAIT_S, exc)
 
     def stop(self, stopSparkContext: bool = True,  # noqa: N803
              stopGraceFully: bool = False) -> None:  # noqa: N803
