@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 CONF_BOOTSTRAP = "spark.walstream.kafka.bootstrapServers"
 #: How long awaitTermination lets a context stopping on an error finish stopping.
-FATAL_STOP_WAIT_S = 60.0
+FATAL_STOP_WAIT_S = 30.0
 #: How long it waits for that stop to begin (it begins right after the error).
 FATAL_STOP_APPEARS_S = 2.0
 CONF_APP_ID = "spark.walstream.appId"

@@ -21,17 +21,23 @@ import pytest
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig
 from walstream.testing.chaos_feeder import Feeder
-from walstream.testing.ha_pair import SEED, TOTAL, Pair, sink_counts
+from walstream.testing.chaos_process import FENCED, HAPair, sink_counts
 from walstream.testing.recovery_app import expected_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+TOTAL, RATE, SEED = 24000, 400, 5
 DIRECT_RECORDS, DIRECT_RATE = 12000, 150.0
 WAIT_S = 240  # bound on each wait, on a loaded 2-core machine
 
 
+def has_role(pair: HAPair, p: Any, role: str) -> bool:
+    return pair.role(p) == role
+
+
 def test_leader_killed_three_times_and_paused_once_counts_exactly(
         bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> None:
-    pair = Pair(tmp_path, bootstrap, topic_factory("ha-sink"), topic_factory("ha-direct"))
+    pair = HAPair(tmp_path, bootstrap, topic_factory("ha-sink"), total=TOTAL, rate=RATE,
+                  seed=SEED, direct=topic_factory("ha-direct"))
     # The direct stream's input, fed while the takeovers happen (bad records among it).
     feeder = Feeder(bootstrap, pair.direct, ChaosConfig(records=DIRECT_RECORDS,
                                                         rate=DIRECT_RATE, seed=SEED))
@@ -53,19 +59,20 @@ def test_leader_killed_three_times_and_paused_once_counts_exactly(
             wait_until(functools.partial(pair.ran, leader, started, 3), WAIT_S,
                        f"round {round_}: the leader to run batches", details=pair.details)
             killed_at = time.time()
-            pair.kill(leader)
+            assert pair.kill(leader), "the leader's processes survived SIGKILL"
             wait_until(functools.partial(pair.ran, standby, killed_at, 1), WAIT_S,
                        f"round {round_}: the standby's first batch after the kill",
                        details=pair.details)
             failovers.append(pair.batches(standby, killed_at)[0]["wall"] - killed_at)
             leader, standby = standby, pair.launch()  # the killed one comes back
-            wait_until(functools.partial(pair.has_role, standby, "standby"), WAIT_S,
+            wait_until(functools.partial(has_role, pair, standby, "standby"), WAIT_S,
                        f"round {round_}: the restarted process to stand by",
                        details=pair.details)
         figures["SIGKILL -> the standby's first batch (s)"] = [round(f, 2) for f in failovers]
 
         # A leader paused past its lease wakes fenced and exits; the standby leads.
         paused_at = time.time()
+        logged = len(pair.log_of(leader))
         os.killpg(leader.pid, signal.SIGSTOP)
         wait_until(lambda: bool(pair.batches(standby, paused_at)), WAIT_S,
                    "the standby's first batch while the leader is paused",
@@ -74,7 +81,8 @@ def test_leader_killed_three_times_and_paused_once_counts_exactly(
         os.killpg(leader.pid, signal.SIGCONT)
         wait_until(lambda: leader.poll() is not None, WAIT_S,
                    "the paused leader to exit once woken", details=pair.details)
-        assert "fenced" in pair.log_of(leader).lower(), pair.log_of(leader)[-3000:]
+        woke = pair.log_of(leader)[logged:]  # what it logged once paused
+        assert FENCED.search(woke), woke[-3000:]
         figures["SIGSTOP -> the standby's first batch (s)"] = round(
             pair.batches(standby, paused_at)[0]["wall"] - paused_at, 2)
 

@@ -23,11 +23,11 @@ import pytest
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig
 from walstream.testing.chaos_feeder import Feeder
-from walstream.testing.ha_pair import SEED, Pair, sink_counts
+from walstream.testing.chaos_process import HAPair, sink_counts
 from walstream.testing.recovery_app import expected_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
-TOTAL = 16000
+TOTAL, RATE, SEED = 16000, 400, 5
 DIRECT_RECORDS, DIRECT_RATE = 6000, 60.0
 WAIT_S = 240  # bound on each wait, on a loaded 2-core machine
 #: In takeover order: each leaves less of the takeover undone than the one before.
@@ -39,7 +39,7 @@ def _exited(p: Any) -> bool:
     return p.poll() is not None
 
 
-def _leader_and_standby(pair: Pair, a: Any, b: Any, what: str) -> tuple[Any, Any]:
+def _leader_and_standby(pair: HAPair, a: Any, b: Any, what: str) -> tuple[Any, Any]:
     """Wait until one of ``a``, ``b`` runs batches and the other stands by.
 
     The leader is the one that completes batches: a process that stood by at its
@@ -59,9 +59,9 @@ def _leader_and_standby(pair: Pair, a: Any, b: Any, what: str) -> tuple[Any, Any
 def test_a_takeover_killed_at_each_step_is_finished_by_the_next_leader(
         bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> None:
     armed = tmp_path / "kill-point"
-    pair = Pair(tmp_path, bootstrap, topic_factory("ha-kp-sink"),
-                topic_factory("ha-kp-direct"), total=TOTAL,
-                env={"WALSTREAM_KILL_POINT_FILE": str(armed)})
+    pair = HAPair(tmp_path, bootstrap, topic_factory("ha-kp-sink"), total=TOTAL, rate=RATE,
+                  seed=SEED, direct=topic_factory("ha-kp-direct"),
+                  env={"WALSTREAM_KILL_POINT_FILE": str(armed)})
     feeder = Feeder(bootstrap, pair.direct, ChaosConfig(records=DIRECT_RECORDS,
                                                         rate=DIRECT_RATE, seed=SEED))
     fired: list[str] = []
@@ -74,7 +74,7 @@ def test_a_takeover_killed_at_each_step_is_finished_by_the_next_leader(
             wait_until(functools.partial(pair.ran, leader, started, 2), WAIT_S,
                        f"{point}: the leader to run batches", details=pair.details)
             armed.write_text(point)
-            pair.kill(leader)
+            assert pair.kill(leader), "the leader's processes survived SIGKILL"
             wait_until(functools.partial(_exited, standby), WAIT_S,
                        f"{point}: the standby to take over and die there",
                        details=pair.details)

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -170,19 +171,23 @@ class HAPair:
 
     def __init__(self, work: Path, bootstrap: str, sink: str, *, total: int, rate: float,
                  seed: int, direct: str = "", lease_timeout: str = "1s",
-                 batch_s: float = 1.0) -> None:
+                 batch_s: float = 1.0, env: dict[str, str] | None = None) -> None:
+        """``env`` is added to each process's environment (after the kill-point
+        variables are removed: a test may arm one, e.g. ``WALSTREAM_KILL_POINT_FILE``)."""
         self.ckpt, self.out, self.logs = work / "ckpt", work / "out", work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.bootstrap, self.sink, self.direct = bootstrap, sink, direct
         self.total, self.rate, self.seed, self.lease_timeout = total, rate, seed, lease_timeout
         self.batch_s = batch_s
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = dict(env or {})
 
     def launch(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYTHONPATH=str(ROOT))
         for name in ("PYSPARK_SUBMIT_ARGS", killpoints.ENV, killpoints.FILE_ENV):
             env.pop(name, None)
+        env.update(self.env)
         cmd = [sys.executable, "-m", "walstream.testing.ha_app", str(self.ckpt), str(self.out),
                "--sink", self.sink, "--bootstrap", self.bootstrap, "--total", str(self.total),
                "--rate", str(self.rate), "--seed", str(self.seed),
@@ -213,6 +218,10 @@ class HAPair:
         """Completed batches (of ``p`` only, if given) since the wall time ``since``."""
         return [b for b in read_jsonl(self.out / "progress.jsonl")
                 if (p is None or b.get("pid") == p.pid) and b.get("wall", 0.0) >= since]
+
+    def ran(self, p: subprocess.Popen[bytes], since: float, n: int) -> bool:
+        """Whether ``p`` completed ``n`` batches since the wall time ``since``."""
+        return len(self.batches(p, since)) >= n
 
     def totals(self) -> dict[str, int]:
         try:
@@ -314,3 +323,15 @@ class HAPair:
             self.kill(p)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=30)
+
+
+def sink_counts(bootstrap: str, sink: str) -> Counter[str]:
+    """Words and counts of the ``word\tcount`` records in the KafkaSink topic ``sink``,
+    each batch's attempt read exactly once (``read_exactly_once``)."""
+    from driver.kafka_sink import read_exactly_once
+
+    counts: Counter[str] = Counter()
+    for _, _, value in read_exactly_once(bootstrap, sink, kafka_conf={}):
+        word, _, n = (value or b"").decode().rpartition("\t")
+        counts[word] += int(n)
+    return counts
