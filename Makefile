@@ -60,6 +60,9 @@ bench: setup
 		--out bench/results/RESULTS-recovery-kills.md
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 1000 --runs 1 --kills 3 \
 		--history-s 1800 --out bench/results/RESULTS-recovery-history.md
+	$(BIN)/python -m bench.recovery_bench --size full --history-s 20 \
+		--backlogs 100 1000 10000 --receivers 10 --restart-timeout 150 \
+		--impls spark ours ours-ha --out bench/results/RESULTS-failover.md
 	$(BIN)/python -m bench.soak_bench --size full
 	$(BIN)/python -m bench.report
 
