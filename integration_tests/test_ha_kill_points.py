@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ import pytest
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig
 from walstream.testing.chaos_feeder import Feeder
-from walstream.testing.chaos_process import HAPair, sink_counts
-from walstream.testing.recovery_app import expected_counts
+from walstream.testing.chaos_process import HAPair, wait_for_exact
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 TOTAL, RATE, SEED = 16000, 400, 5
@@ -89,20 +87,9 @@ def test_a_takeover_killed_at_each_step_is_finished_by_the_next_leader(
                 pair, pair.launch(), pair.launch(),
                 f"after {point}: a new leader and a new standby")
 
-        feeder.join(WAIT_S)
-        assert feeder.done.is_set() and not feeder.failed, feeder.failed
-        expected = expected_counts(SEED, TOTAL)
-        expected.update({f"d {w}": n for w, n in feeder.expected.items()})
-        wait_until(lambda: pair.totals() == expected, WAIT_S,
-                   "the running totals to equal the input",
-                   abort=lambda: ("totals over the input" if any(
-                       n > expected.get(w, 0) for w, n in pair.totals().items()) else None),
-                   details=lambda: f"{sum(pair.totals().values())} of "
-                                   f"{sum(expected.values())} words\n{pair.details()}")
-        got = sink_counts(bootstrap, pair.sink)
-        want = Counter(expected)
-        lost, doubled = sum((want - got).values()), sum((got - want).values())
-        assert got == want, f"sink: {lost} words lost, {doubled} doubled\n{pair.details()}"
+        lost, doubled = wait_for_exact(pair, feeder, SEED, TOTAL, WAIT_S)
+        assert (lost, doubled) == (0, 0), (
+            f"sink: {lost} words lost, {doubled} doubled\n{pair.details()}")
     finally:
         print(f"\nkill points fired while taking over: {fired}")
         pair.close()

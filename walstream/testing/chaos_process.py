@@ -25,6 +25,7 @@ from typing import Any
 
 from walstream import killpoints, procs
 from walstream.testing.chaos_config import ROOT, ChaosConfig
+from walstream.testing.chaos_feeder import Feeder
 from walstream.testing.waiting import wait_until
 
 
@@ -335,3 +336,26 @@ def sink_counts(bootstrap: str, sink: str) -> Counter[str]:
         word, _, n = (value or b"").decode().rpartition("\t")
         counts[word] += int(n)
     return counts
+
+
+def wait_for_exact(pair: HAPair, feeder: Feeder, seed: int, total: int,
+                   wait_s: float) -> tuple[int, int]:
+    """The end of an HA run: the direct stream's feeder done, the running totals equal
+    to the input (the receiver's ``total`` seeded lines plus the feeder's words,
+    tagged ``d``; waited for, failing early on a count above the input), and the
+    KafkaSink output read exactly once. Returns the sink's (lost, doubled) words."""
+    from walstream.testing.recovery_app import expected_counts
+
+    feeder.join(wait_s)
+    if not feeder.done.is_set() or feeder.failed:
+        raise AssertionError(f"the direct stream's input was not all written: {feeder.failed}")
+    expected = expected_counts(seed, total)
+    expected.update({f"d {w}": n for w, n in feeder.expected.items()})
+    wait_until(lambda: pair.totals() == expected, wait_s,
+               "the running totals to equal the input",
+               abort=lambda: ("totals over the input" if any(
+                   n > expected.get(w, 0) for w, n in pair.totals().items()) else None),
+               details=lambda: f"{sum(pair.totals().values())} of "
+                               f"{sum(expected.values())} words\n{pair.details()}")
+    got, want = sink_counts(pair.bootstrap, pair.sink), Counter(expected)
+    return sum((want - got).values()), sum((got - want).values())
