@@ -12,8 +12,6 @@ from pathlib import Path
 
 from walstream import broker, procs
 from walstream.kafka_logging import with_logger
-
-# -- the run -----------------------------------------------------------------------------
 from walstream.testing.chaos import POLL_S, PROGRESS_POLL_S, _plan, _sink_output
 from walstream.testing.chaos_config import (
     ChaosConfig,
