@@ -19,14 +19,13 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 from walstream import broker, procs
 from walstream.kafka_logging import with_logger
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import lost_and_doubled
-from walstream.testing.chaos_process import HA_WAIT_S, HAPair
+from walstream.testing.chaos_process import HA_WAIT_S, HAPair, sink_counts
 from walstream.testing.recovery_app import expected_counts
 
 SEED = 11
@@ -38,17 +37,6 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
     admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
     admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(timeout=60)
-
-
-def sink_counts(bootstrap: str, topic: str) -> Counter[str]:
-    """The KafkaSink output summed per word, each batch's committed attempt once."""
-    from driver.kafka_sink import read_exactly_once
-
-    counts: Counter[str] = Counter()
-    for _, _, value in read_exactly_once(bootstrap, topic, kafka_conf={}):
-        word, _, n = (value or b"").decode().rpartition("\t")
-        counts[word] += int(n)
-    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
