@@ -157,6 +157,11 @@ def measure_failover(bootstrap: str, workdir: Path, backlog: int, history_s: flo
             f"{res.caught_up_s:.1f} s from the SIGKILL ({res.batches_rerun} batches "
             f"re-run); standby {res.steady['standby_cpu']:.2f} cores, "
             f"{res.steady['standby_rss_mib']:.0f} MiB while standing by {res.note}")
+    except (TimeoutError, RuntimeError) as exc:
+        # A setup that failed (an app that never led or stood by) is one failed run
+        # in the file, with its reason, not the end of the whole benchmark.
+        res.note = f"run failed: {exc}"
+        log(f"{IMPL}: {res.note}")
     finally:
         for a in apps:
             with contextlib.suppress(OSError, ValueError):

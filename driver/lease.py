@@ -50,6 +50,7 @@ Every produce, read and thread join is bounded (``io_timeout`` or less).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import socket
@@ -72,6 +73,8 @@ from driver.ha_errors import (
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
 from walstream.kafka_logging import with_logger
+
+log = logging.getLogger(__name__)
 
 CLAIM, RENEW, RELEASE = "CLAIM", "RENEW", "RELEASE"
 
@@ -453,6 +456,13 @@ class Lease:
                 return False
             self._epoch = epoch
             self._valid_until = sent + self.config.timeout_s
+            took = time.monotonic() - sent
+            if took > self.config.timeout_s / 2:
+                # The hold counts from the claim's send, so little of it is left for
+                # the first renewal: a busy process may lose the lease at once.
+                log.warning("lease %s: the claim of epoch %d took %.2f s to confirm, of a "
+                            "%.1f s lease", self.config.topic, epoch, took,
+                            self.config.timeout_s)
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
                                          name=f"lease-renewer-{epoch}")
