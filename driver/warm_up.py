@@ -4,10 +4,12 @@ A fresh (or restarted) driver's first batch otherwise pays for the whole cold
 start of task execution: the worker daemon forks its workers, each imports
 confluent-kafka, fastavro and this project's block reader. After a SIGKILL
 that cost lands on the first recovered batch, while the driver also replays
-its WAL and regenerates the pending batches. A one-task-per-core job started
-on a background thread when the context starts overlaps that work with the
-WAL replay. It reads and writes nothing, so it cannot affect any result; when
-it fails (the context stopped at once, say) only a debug line is logged.
+its WAL and regenerates the pending batches. A job with one task per task slot
+(receivers included: a standby that takes over starts them all at once), each
+holding its worker a moment so that they overlap, started on a background thread
+when the context starts, overlaps that work with the WAL replay. It reads and
+writes nothing, so it cannot affect any result; when it fails (the context
+stopped at once, say) only a debug line is logged.
 Turned off with ``spark.walstream.warmUpWorkers=false``.
 
 A hot standby (driver/ha.py) keeps them warm while it stands by: Spark ends a
@@ -19,6 +21,8 @@ a batch's word count, which also keeps the JVM's shuffle path compiled.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -30,8 +34,15 @@ CONF_WARM_UP = "spark.walstream.warmUpWorkers"
 KEEP_WARM_PERIOD_S = 20.0
 
 
+#: How long each warm-up task holds its worker, so that the job's tasks overlap
+#: and every task slot gets a worker of its own (quick tasks would reuse a few).
+HOLD_S = 0.3
+
+
 def _import_block_reader(_: Iterable[Any]) -> Iterator[int]:
     # Runs in a Python worker: the imports a block-reading task needs.
+    import time
+
     import confluent_kafka  # noqa: F401
     import fastavro  # noqa: F401
 
@@ -39,7 +50,20 @@ def _import_block_reader(_: Iterable[Any]) -> Iterator[int]:
     from receiver.items import decode_item  # noqa: F401
     from wal.reader import WalReader  # noqa: F401
 
+    time.sleep(HOLD_S)
     yield 1
+
+
+def task_slots(sc: Any) -> int:
+    """Tasks the application can run at once: ``N`` of a ``local[N]`` master (the
+    receivers and the batches share them), else Spark's default parallelism."""
+    master = str(getattr(sc, "master", "") or "")
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if m:
+        return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
+    if master == "local":
+        return 1
+    return max(1, int(sc.defaultParallelism))
 
 
 def warm_up_workers(sc: Any, conf: dict[str, str]) -> threading.Thread | None:
@@ -49,7 +73,7 @@ def warm_up_workers(sc: Any, conf: dict[str, str]) -> threading.Thread | None:
 
     def run() -> None:
         try:
-            n = max(1, int(sc.defaultParallelism))
+            n = task_slots(sc)
             sc.parallelize(range(n), n).mapPartitions(_import_block_reader).count()
         except Exception as exc:  # the context may be stopping: nothing depends on this
             log.debug("worker warm-up job did not finish: %s", exc)
@@ -60,7 +84,7 @@ def warm_up_workers(sc: Any, conf: dict[str, str]) -> threading.Thread | None:
 
 
 def _warm_job(sc: Any) -> None:
-    n = max(1, int(sc.defaultParallelism))
+    n = task_slots(sc)
     (sc.parallelize(range(n), n).mapPartitions(_import_block_reader)
      .map(lambda i: (i, 1)).reduceByKey(lambda a, b: a + b, n).count())
 

@@ -38,3 +38,21 @@ def test_keep_warm_runs_a_job_each_period_until_stopped(sc: Any) -> None:
 def test_keep_warm_is_off_with_the_warm_ups(sc: Any) -> None:
     stop = threading.Event()
     assert keep_warm(sc, {CONF_WARM_UP: "false"}, stop, period_s=0.01) is None
+
+
+class _Sc:
+    def __init__(self, master: str, parallelism: int = 7) -> None:
+        self.master = master
+        self.defaultParallelism = parallelism
+
+
+def test_task_slots_count_a_local_masters_threads_else_the_default_parallelism() -> None:
+    import os
+
+    from driver.warm_up import task_slots
+
+    assert task_slots(_Sc("local[12]", 3)) == 12  # receivers share these slots
+    assert task_slots(_Sc("local[4,2]")) == 4
+    assert task_slots(_Sc("local[*]")) == (os.cpu_count() or 1)
+    assert task_slots(_Sc("local")) == 1
+    assert task_slots(_Sc("spark://h:7077", 6)) == 6
