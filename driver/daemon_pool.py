@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 class DaemonThreadPool:
     """``workers`` daemon threads run submitted calls in submission order.
 
-    :meth:`submit` after :meth:`shutdown` raises ``RuntimeError`` (as an executor
-    does). A call that raises is logged; callers handle their own errors."""
+    The threads start with the first call, as an executor's do (constructing an
+    engine starts no thread). :meth:`submit` after :meth:`shutdown` raises
+    ``RuntimeError`` (as an executor does). A call that raises is logged; callers
+    handle their own errors."""
 
     def __init__(self, workers: int, name: str) -> None:
         if workers < 1:
@@ -35,13 +37,16 @@ class DaemonThreadPool:
         self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
-        for t in self._threads:
-            t.start()
+        self._started = False
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot run a call after the pool was shut down")
+            if not self._started:
+                self._started = True
+                for t in self._threads:
+                    t.start()
             self._calls.put((fn, args))
 
     def _work(self) -> None:
@@ -70,7 +75,7 @@ class DaemonThreadPool:
                         pass
                 for _ in self._threads:
                     self._calls.put(None)
-        if wait:
+        if wait and self._started:
             for t in self._threads:
                 if t is not threading.current_thread():
                     t.join(timeout_s)

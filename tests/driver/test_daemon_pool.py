@@ -54,3 +54,11 @@ def test_shutdown_can_drop_the_queued_calls() -> None:
 def test_a_pool_needs_a_worker() -> None:
     with pytest.raises(ValueError):
         DaemonThreadPool(0, "t")
+
+
+def test_no_thread_runs_before_the_first_call() -> None:
+    before = threading.active_count()
+    pool = DaemonThreadPool(3, "lazy")
+    assert threading.active_count() == before
+    pool.shutdown(wait=True, timeout_s=1)  # never started: nothing to join
+    assert threading.active_count() == before
