@@ -85,16 +85,14 @@ class HighAvailabilityMixin:
             except Exception as exc:  # unreadable now; the takeover reads it again
                 log.warning("standby: reading the newest checkpoint failed: %s", exc)
                 continue
+            if data is None:
+                continue
             error: BaseException | None = None
             with self._ha_lock:
-                have = self._recovered
-                if stop.is_set() or data is None or (
-                        have is not None and (have.checkpoint_time_ms, have.epoch)
-                        == (data.checkpoint_time_ms, data.epoch)):
-                    continue
+                if stop.is_set():
+                    return
                 try:
-                    check_compatible(self.recovery_view(), data)
-                    self._recovered = data
+                    self._adopt(data)
                 except Exception as exc:
                     error = exc
             if error is not None:
@@ -102,6 +100,16 @@ class HighAvailabilityMixin:
                           "checkpoint of %d: %s", data.checkpoint_time_ms, error)
                 self._on_lease_lost(error)
                 return
+
+    def _adopt(self, data: CheckpointData) -> None:
+        """Make ``data`` the checkpoint to restore, once checked against this graph
+        (raises if it cannot be restored); the one held already is not checked again."""
+        have = self._recovered
+        if have is not None and (have.checkpoint_time_ms, have.epoch) == (
+                data.checkpoint_time_ms, data.epoch):
+            return
+        check_compatible(self.recovery_view(), data)
+        self._recovered = data
 
     def _lead(self, epoch: int, conf: dict[str, str]) -> None:
         """Takeover steps 2-5 of driver/ha.py for ``epoch`` (won in step 1)."""
@@ -131,9 +139,9 @@ class HighAvailabilityMixin:
                 # The newest checkpoint the fence admits: the old leader may have
                 # written several since this process read one at its start.
                 data = read_latest(self._checkpoint_dir)
-                if data is not None and data is not self._recovered:
-                    check_compatible(self.recovery_view(), data)
-                    self._recovered = data
+                if data is not None:
+                    self._adopt(data)
+                    data = self._recovered
             steps.append(time.monotonic())
             kill_point("ha.after_checkpoint_fence")
             engine.take_over(epoch, timeout_s)                                   # 4
