@@ -1,9 +1,20 @@
-"""A batch's input as a PySpark RDD whose partitions are its WAL blocks.
+"""A batch's input as a PySpark RDD whose partitions read its WAL blocks.
 
-Each partition holds one block's handle; the task reads the block from Kafka by
-handle (``assign`` at its offset) with confluent-kafka inside the Python worker
-and yields its decoded items. Reading by handle is deterministic, so a batch
-re-run after a crash sees exactly the same data.
+Each partition holds the handles of a run of consecutive blocks; its task reads
+them from Kafka by handle (``assign`` at each offset) with one confluent-kafka
+consumer inside the Python worker and yields their decoded items, block after
+block. Reading by handle is deterministic, and the grouping depends only on the
+blocks and the partition limit, so a batch re-run after a crash sees exactly the
+same data in the same partitions.
+
+Spark gives every block a partition of its own. A PySpark task costs tens of
+milliseconds of scheduling and Python worker round trips, more than reading a
+small block, so a batch of many small blocks (ten receivers, a backlog after a
+restart) spends most of its time launching tasks. Here a stream's batch has at
+most ``max_partitions`` partitions (``spark.walstream.blockRdd.maxPartitions``,
+default Spark's default parallelism; ``0`` keeps one partition per block), each a
+contiguous run of blocks of about equal record counts: the items come in the same
+order as with one partition per block, only the partition boundaries differ.
 """
 
 from __future__ import annotations
@@ -13,11 +24,60 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from receiver.block_info import ReceivedBlockInfo
+from walstream.errors import ConfigError
+
+CONF_MAX_PARTITIONS = "spark.walstream.blockRdd.maxPartitions"
+#: The conf value for Spark's default parallelism (the default).
+AUTO = "auto"
+
+
+def max_partitions_from_conf(conf: Mapping[str, str]) -> int | None:
+    """:data:`CONF_MAX_PARTITIONS` as an int: None for ``auto`` (Spark's default
+    parallelism, read when a batch is made), ``0`` for one partition per block."""
+    raw = str(conf.get(CONF_MAX_PARTITIONS, AUTO)).strip().lower()
+    if raw == AUTO:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{CONF_MAX_PARTITIONS} must be {AUTO!r} or an integer >= 0 "
+                          f"(0: one partition per block), not {raw!r}")
+    return value
+
+
+def group_blocks(blocks: Sequence[ReceivedBlockInfo],
+                 max_partitions: int) -> list[list[ReceivedBlockInfo]]:
+    """``blocks`` cut, in order, into at most ``max_partitions`` non-empty runs of
+    about equal record counts (``0``: one run per block)."""
+    n = len(blocks)
+    k = n if max_partitions <= 0 else min(n, max_partitions)
+    if k == n:
+        return [[b] for b in blocks]
+    weights = [max(1, b.num_records) for b in blocks]
+    total = sum(weights)
+    groups: list[list[ReceivedBlockInfo]] = []
+    done = 0
+    start = 0
+    for i in range(k - 1):
+        # The i-th cut: where the running count passes (i + 1) / k of the total,
+        # leaving at least one block for each run still to come.
+        target = total * (i + 1) / k
+        end = start + 1
+        done += weights[start]
+        while end < n - (k - 1 - i) and done + weights[end] / 2 < target:
+            done += weights[end]
+            end += 1
+        groups.append(list(blocks[start:end]))
+        start = end
+    groups.append(list(blocks[start:]))
+    return groups
 
 
 def _read_blocks(
     bootstrap_servers: str, timeout_s: float, kafka_settings: Mapping[str, str],
-    handles: Iterable[dict[str, Any]],
+    groups: Iterable[list[dict[str, Any]]],
 ) -> Iterator[Any]:
     # Imported here: this runs in a PySpark Python worker.
     from receiver.block import Block
@@ -27,10 +87,11 @@ def _read_blocks(
 
     reader = WalReader(bootstrap_servers, timeout_s, dict(kafka_settings))
     try:
-        for h in handles:
-            data, _ = reader.read(RecordHandle.from_dict(h))
-            for record in Block.decode(data).records:
-                yield decode_item(record)
+        for handles in groups:
+            for h in handles:
+                data, _ = reader.read(RecordHandle.from_dict(h))
+                for record in Block.decode(data).records:
+                    yield decode_item(record)
     finally:
         reader.close()
 
@@ -41,12 +102,17 @@ def block_rdd(
     bootstrap_servers: str,
     timeout_s: float = 60.0,
     kafka_settings: Mapping[str, str] | None = None,
+    max_partitions: int | None = None,
 ) -> Any:
-    """An RDD with one partition per block (empty RDD for no blocks); its tasks read
-    with the application's Kafka settings (``kafka_settings``: SASL, TLS, ...)."""
+    """An RDD of the blocks' items (empty RDD for no blocks), in block order, with at
+    most ``max_partitions`` partitions (``0``: one per block; None: Spark's default
+    parallelism); its tasks read with the application's Kafka settings
+    (``kafka_settings``: SASL, TLS, ...)."""
     if not blocks:
         return sc.emptyRDD()
-    handles = [b.handle.to_dict() for b in blocks]
+    limit = int(sc.defaultParallelism) if max_partitions is None else max_partitions
+    groups = [[b.handle.to_dict() for b in run] for run in group_blocks(blocks, limit)]
     reader = functools.partial(_read_blocks, bootstrap_servers, timeout_s,
                                dict(kafka_settings or {}))
-    return sc.parallelize(handles, len(handles)).mapPartitions(reader)
+    # One element per slice: parallelize puts exactly one run in each partition.
+    return sc.parallelize(groups, len(groups)).mapPartitions(reader)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from driver.block_rdd import max_partitions_from_conf
 from driver.durations import conf_time_ms
 from driver.endpoint_conf import (
     LOOPBACK,
@@ -78,6 +79,9 @@ class EngineConfig:
     # spark.walstream.ha.enabled=true: a lease decides leader and hot standby
     # (driver/ha.py); None: a driver on its own, as without HA.
     ha: HaConfig | None = None
+    # spark.walstream.blockRdd.maxPartitions: the most partitions a receiver stream's
+    # batch has (driver/block_rdd.py); None: Spark's default parallelism, 0: one a block.
+    block_rdd_max_partitions: int | None = None
 
     def __post_init__(self) -> None:
         check_max_block_bytes(self.max_block_bytes)
@@ -124,6 +128,7 @@ class EngineConfig:
         kw.setdefault("ui_port", ui[1] if ui else -1)
         kw.setdefault("metrics_enabled",
                       conf.get(CONF_METRICS_ENABLED, "true").strip().lower() != "false")
+        kw.setdefault("block_rdd_max_partitions", max_partitions_from_conf(conf))
         kw.setdefault("ha", HaConfig.from_spark_conf(conf, str(kw.get("app_id", ""))))
         return cls(**kw)
 

@@ -35,7 +35,8 @@ class ReceiverInputDStream(DStream):
                                + ",".join(f"{r.partition}:{r.from_offset}-{r.until_offset}"
                                           for r in b.source) + "]" for b in blocks))
         return block_rdd(self._ssc.sparkContext, blocks, engine.config.bootstrap_servers,
-                         kafka_settings=kafka_settings_of(engine.config.wal_options))
+                         kafka_settings=kafka_settings_of(engine.config.wal_options),
+                         max_partitions=engine.config.block_rdd_max_partitions)
 
 
 class QueueInputDStream(DStream):
