@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from receiver.block_info import ReceivedBlockInfo
@@ -96,6 +97,27 @@ def _read_blocks(
         reader.close()
 
 
+@dataclass(frozen=True)
+class _BlockSource:
+    """How a block RDD was made, kept on it so that a union can read its blocks
+    together with those of the other block RDDs (:func:`union_rdds`)."""
+
+    blocks: tuple[ReceivedBlockInfo, ...]
+    bootstrap_servers: str
+    timeout_s: float
+    kafka_settings: tuple[tuple[str, str], ...]
+    max_partitions: int | None
+
+    def same_reads(self, other: _BlockSource) -> bool:
+        return (self.bootstrap_servers, self.timeout_s, self.kafka_settings,
+                self.max_partitions) == (other.bootstrap_servers, other.timeout_s,
+                                         other.kafka_settings, other.max_partitions)
+
+
+#: The attribute of a block RDD that holds its :class:`_BlockSource`.
+_SOURCE_ATTR = "_walstream_block_source"
+
+
 def block_rdd(
     sc: Any,
     blocks: Sequence[ReceivedBlockInfo],
@@ -108,11 +130,33 @@ def block_rdd(
     most ``max_partitions`` partitions (``0``: one per block; None: Spark's default
     parallelism); its tasks read with the application's Kafka settings
     (``kafka_settings``: SASL, TLS, ...)."""
+    settings = dict(kafka_settings or {})
     if not blocks:
-        return sc.emptyRDD()
-    limit = int(sc.defaultParallelism) if max_partitions is None else max_partitions
-    groups = [[b.handle.to_dict() for b in run] for run in group_blocks(blocks, limit)]
-    reader = functools.partial(_read_blocks, bootstrap_servers, timeout_s,
-                               dict(kafka_settings or {}))
-    # One element per slice: parallelize puts exactly one run in each partition.
-    return sc.parallelize(groups, len(groups)).mapPartitions(reader)
+        rdd = sc.emptyRDD()
+    else:
+        limit = int(sc.defaultParallelism) if max_partitions is None else max_partitions
+        groups = [[b.handle.to_dict() for b in run] for run in group_blocks(blocks, limit)]
+        reader = functools.partial(_read_blocks, bootstrap_servers, timeout_s, settings)
+        # One element per slice: parallelize puts exactly one run in each partition.
+        rdd = sc.parallelize(groups, len(groups)).mapPartitions(reader)
+    setattr(rdd, _SOURCE_ATTR, _BlockSource(tuple(blocks), bootstrap_servers, timeout_s,
+                                            tuple(sorted(settings.items())), max_partitions))
+    return rdd
+
+
+def union_rdds(rdds: Sequence[Any]) -> Any:
+    """The union of ``rdds``, as ``SparkContext.union`` gives it (the items of the
+    first, then of the second, ...).
+
+    When every one is a block RDD read the same way and none is cached, the union
+    is one block RDD over all their blocks in that order: the partition limit then
+    holds for the union, so ten receivers' batch is not ten times the tasks."""
+    sources = [getattr(r, _SOURCE_ATTR, None) for r in rdds]
+    first = sources[0] if sources else None
+    if (len(rdds) > 1 and first is not None
+            and all(s is not None and s.same_reads(first) for s in sources)
+            and not any(r.is_cached for r in rdds)):
+        blocks = [b for s in sources if s is not None for b in s.blocks]
+        return block_rdd(rdds[0].context, blocks, first.bootstrap_servers, first.timeout_s,
+                         dict(first.kafka_settings), first.max_partitions)
+    return rdds[0].context.union(list(rdds))

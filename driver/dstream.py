@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.rdd import portable_hash
 
+from driver.block_rdd import union_rdds
 from driver.durations import check_multiple, ms_of, time_of, to_ms
 from walstream.errors import ConfigError
 
@@ -209,7 +210,7 @@ class DStream:
     def union(self, other: DStream) -> DStream:
         if self._slide_ms != other._slide_ms:
             raise ConfigError("the two DStreams to union must have the same slide duration")
-        return self.transformWith(lambda a, b: a.union(b), other)
+        return self.transformWith(lambda a, b: union_rdds((a, b)), other)
 
     def cogroup(self, other: DStream, numPartitions: int | None = None) -> DStream:  # noqa: N803
         n = numPartitions or self._ssc._default_parallelism()

@@ -28,6 +28,7 @@ from pyspark.storagelevel import StorageLevel
 from checkpoint.data import CheckpointData
 from checkpoint.errors import CheckpointFencedError
 from checkpoint.files import CheckpointWriter, prepare_directory
+from driver.block_rdd import union_rdds
 from driver.driver_gc import PeriodicDriverGC
 from driver.driver_streams import before_allocate, clean_driver_streams, log_ends
 from driver.dstream import DStream
@@ -516,5 +517,4 @@ class StreamingContext(HighAvailabilityMixin):
             raise ConfigError("All DStreams should have same slide duration")
         # The RDDs' own context, not a captured SparkContext: the function goes into
         # checkpoints with the graph.
-        return MultiTransformedDStream(list(dstreams),
-                                       lambda t, *rdds: rdds[0].context.union(list(rdds)))
+        return MultiTransformedDStream(list(dstreams), lambda t, *rdds: union_rdds(rdds))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from driver.block_rdd import block_rdd
+from driver.block_rdd import block_rdd, union_rdds
 from receiver.block import Block
 from receiver.block_info import ReceivedBlockInfo
 from receiver.items import encode_item
@@ -43,3 +43,34 @@ def test_partition_limit_changes_boundaries_not_items(
     assert sc.defaultParallelism == 1
     assert block_rdd(sc, blocks, bootstrap).glom().collect() == [expected]
     assert block_rdd(sc, [], bootstrap).collect() == []
+
+
+def test_a_union_of_block_rdds_is_one_block_rdd_in_union_order(
+        sc: Any, bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    wal = KafkaWriteAheadLog(bootstrap, unique_name("blockunion"))
+    streams: list[list[ReceivedBlockInfo]] = [[], [], []]
+    try:
+        for s, n in ((0, 4), (2, 5)):  # stream 1 has no block this batch
+            for i in range(n):
+                handle = wal.write(Block(s, f"s{s}b{i}", [encode_item(f"{s}.{i}")]).encode(),
+                                   int(time.time() * 1000))
+                streams[s].append(ReceivedBlockInfo(s, f"s{s}b{i}", 1, handle))
+    finally:
+        wal.close()
+    expected = [f"0.{i}" for i in range(4)] + [f"2.{i}" for i in range(5)]
+
+    rdds = [block_rdd(sc, blocks, bootstrap, max_partitions=2) for blocks in streams]
+    merged = union_rdds(rdds)
+    assert merged.getNumPartitions() == 2  # the limit holds for the union
+    assert merged.collect() == expected == sc.union(rdds).collect()
+
+    # A cached block RDD is read from its cache: then a plain union.
+    rdds[0].cache()
+    plain = union_rdds(rdds)
+    assert plain.getNumPartitions() == 4
+    assert plain.collect() == expected
+    rdds[0].unpersist()
+
+    # Read differently (another limit): a plain union too.
+    other = block_rdd(sc, streams[2], bootstrap, max_partitions=5)
+    assert union_rdds([rdds[1], other]).getNumPartitions() == 5

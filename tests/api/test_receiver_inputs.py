@@ -113,3 +113,18 @@ def test_kafka_create_direct_stream_word_count(ssc: StreamingContext, bootstrap:
     totals = _run_word_count(ssc, _word_counts(stream.map(lambda kv: kv[1])), _expected(lines))
     assert totals == _expected(lines)
     assert sorted(keys, key=int) == [str(i) for i in range(len(lines))]
+
+
+def test_unioned_socket_streams_read_their_blocks_as_one_block_rdd(
+        ssc: StreamingContext, line_server: Callable[[list[str]], LineServer]) -> None:
+    # Two receivers (of local[3]'s three task slots), one word count: the union reads
+    # both streams' blocks in at most spark.default.parallelism partitions (1 here).
+    batches = [_lines(200), _lines(150)]
+    streams = [ssc.socketTextStream("127.0.0.1", line_server(lines).port) for lines in batches]
+    unioned = ssc.union(*streams)
+    partitions: list[int] = []
+    unioned.foreachRDD(lambda rdd: partitions.append(rdd.getNumPartitions()))
+    expected = _expected([line for lines in batches for line in lines])
+    totals = _run_word_count(ssc, _word_counts(unioned), expected)
+    assert totals == expected
+    assert partitions and max(partitions) <= 1
