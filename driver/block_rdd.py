@@ -1,11 +1,11 @@
 """A batch's input as a PySpark RDD whose partitions read its WAL blocks.
 
 Each partition holds the handles of a run of consecutive blocks; its task reads
-them from Kafka by handle (``assign`` at each offset) with one confluent-kafka
-consumer inside the Python worker and yields their decoded items, block after
-block. Reading by handle is deterministic, and the grouping depends only on the
-blocks and the partition limit, so a batch re-run after a crash sees exactly the
-same data in the same partitions.
+them from Kafka by handle with one reader inside the Python worker
+(:meth:`wal.reader.WalReader.read_many`) and yields their decoded items, block
+after block. Reading by handle is deterministic, and the grouping depends only on
+the blocks and the partition limit, so a batch re-run after a crash sees exactly
+the same data in the same partitions.
 
 Spark gives every block a partition of its own. A PySpark task costs tens of
 milliseconds of scheduling and Python worker round trips, more than reading a
@@ -88,11 +88,10 @@ def _read_blocks(
 
     reader = WalReader(bootstrap_servers, timeout_s, dict(kafka_settings))
     try:
-        for handles in groups:
-            for h in handles:
-                data, _ = reader.read(RecordHandle.from_dict(h))
-                for record in Block.decode(data).records:
-                    yield decode_item(record)
+        handles = [RecordHandle.from_dict(h) for run in groups for h in run]
+        for data, _ in reader.read_many(handles):
+            for record in Block.decode(data).records:
+                yield decode_item(record)
     finally:
         reader.close()
 

@@ -174,6 +174,9 @@ class WalReader:
         self._consumer: Consumer | None = None  # short fetch wait
         self._slow_consumer: Consumer | None = None  # normal fetch wait
         self._fetched: set[str] = set()  # topics assigned since the consumers were created
+        # (slow, topic, partition, offset): the consumer left assigned by a read whose
+        # next record the caller reads next (read_many); None: nothing left assigned.
+        self._left_at: tuple[bool, str, int, int] | None = None
         self._lock = threading.Lock()
         with _READERS_LOCK:
             _READERS.add(self)
@@ -207,40 +210,68 @@ class WalReader:
                 consumer.close()
         self._consumer = self._slow_consumer = None
         self._fetched.clear()
+        self._left_at = None
 
-    def read(self, handle: RecordHandle) -> tuple[bytes, int]:
+    def read_many(self, handles: Iterable[RecordHandle]) -> Iterator[tuple[bytes, int]]:
+        """:meth:`read` of each handle, in order.
+
+        A handle whose record directly follows the previous one in the same
+        partition (a receiver's consecutive blocks) is read on from where the
+        previous read stopped, with the records the consumer already fetched,
+        instead of a new ``assign``, which would wait behind the Fetch in flight.
+        A handle in another topic than the previous one is read by new consumers:
+        librdkafka starts fetching a topic new to a consumer only after about a
+        second, a fresh consumer at once.
+        """
+        todo = list(handles)
+        for i, handle in enumerate(todo):
+            nxt = todo[i + 1] if i + 1 < len(todo) else None
+            follows = nxt is not None and (nxt.topic, nxt.partition, nxt.offset) == (
+                handle.topic, handle.partition, handle.offset + handle.chunks)
+            with self._lock:
+                if i and todo[i - 1].topic != handle.topic:
+                    self._close_consumers()
+            yield self.read(handle, keep=follows)
+
+    def read(self, handle: RecordHandle, keep: bool = False) -> tuple[bytes, int]:
         """Return ``(record bytes, record time ms)`` stored at ``handle``.
 
         First with a short Fetch wait (see READ_FETCH_WAIT_MS); when that brings
         nothing within FAST_READ_GIVE_UP_S, with the normal wait, which every
         broker answers truthfully. Raises WalReadError after ``timeout_s`` in all.
+        ``keep``: leave the consumer fetching after the record (the next read
+        starts right after it: :meth:`read_many`).
         """
         where = f"{handle.topic}[{handle.partition}]@{handle.offset}"
         deadline = time.monotonic() + self._timeout_s
         with self._lock:
             if self._cluster not in _SLOW_READ_CLUSTERS:
                 got = self._read(handle, where, slow=False,
-                                 give_up=min(deadline, time.monotonic() + FAST_READ_GIVE_UP_S))
+                                 give_up=min(deadline, time.monotonic() + FAST_READ_GIVE_UP_S),
+                                 keep=keep)
                 if got is not None:
                     return got
-                got = self._read(handle, where, slow=True, give_up=deadline)
+                got = self._read(handle, where, slow=True, give_up=deadline, keep=keep)
                 if got is not None:
                     # The short wait hid a record that exists: not for this cluster.
                     log.info("WAL: %s: found only with a %d ms fetch wait; reading with it "
                              "from now on", where, FETCH_WAIT_MS)
                     _SLOW_READ_CLUSTERS.add(self._cluster)
             else:
-                got = self._read(handle, where, slow=True, give_up=deadline)
+                got = self._read(handle, where, slow=True, give_up=deadline, keep=keep)
             if got is None:
                 raise WalReadError(f"{where}: no answer within {self._timeout_s}s (broker down?)")
             return got
 
     def _read(self, handle: RecordHandle, where: str, slow: bool,
-              give_up: float) -> tuple[bytes, int] | None:
+              give_up: float, keep: bool = False) -> tuple[bytes, int] | None:
         """One attempt; None when ``give_up`` passed without the whole record."""
         consumer = self._get_consumer(slow)
         self._fetched.add(handle.topic)
-        consumer.assign([TopicPartition(handle.topic, handle.partition, handle.offset)])
+        if self._left_at != (slow, handle.topic, handle.partition, handle.offset):
+            # Anything else left assigned is replaced; its fetched records dropped.
+            consumer.assign([TopicPartition(handle.topic, handle.partition, handle.offset)])
+        self._left_at = None
         try:
             asm = Reassembler()
             expected = handle.offset
@@ -289,9 +320,12 @@ class WalReader:
                             f"{where}: handle says {handle.chunks} chunks, record has "
                             f"{expected - handle.offset}"
                         )
+                    if keep:
+                        self._left_at = (slow, handle.topic, handle.partition, expected)
                     return record, int(msg.timestamp()[1])
         finally:
-            consumer.unassign()
+            if self._left_at is None:
+                consumer.unassign()
 
     def segment_extents(self, topics: list[str], partition: int = 0,
                         timeout_s: float | None = None) -> dict[str, tuple[int, int]]:
