@@ -12,7 +12,8 @@ milliseconds of scheduling and Python worker round trips, more than reading a
 small block, so a batch of many small blocks (ten receivers, a backlog after a
 restart) spends most of its time launching tasks. Here a stream's batch has at
 most ``max_partitions`` partitions (``spark.walstream.blockRdd.maxPartitions``,
-default Spark's default parallelism; ``0`` keeps one partition per block), each a
+default Spark's default parallelism, at most the task slots the receivers leave
+free: :func:`auto_max_partitions`; ``0`` keeps one partition per block), each a
 contiguous run of blocks of about equal record counts: the items come in the same
 order as with one partition per block, only the partition boundaries differ.
 """
@@ -46,6 +47,17 @@ def max_partitions_from_conf(conf: Mapping[str, str]) -> int | None:
         raise ConfigError(f"{CONF_MAX_PARTITIONS} must be {AUTO!r} or an integer >= 0 "
                           f"(0: one partition per block), not {raw!r}")
     return value
+
+
+def auto_max_partitions(sc: Any, receivers: int) -> int:
+    """The ``auto`` limit: Spark's default parallelism, but no more than the task
+    slots the application's ``receivers`` leave free (each holds one for good), so
+    that a batch's partitions run in one wave."""
+    from driver.warm_up import task_slots
+
+    default = max(1, int(sc.defaultParallelism))
+    free = task_slots(sc) - receivers
+    return min(default, free) if free > 0 else default
 
 
 def group_blocks(blocks: Sequence[ReceivedBlockInfo],

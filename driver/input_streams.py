@@ -6,7 +6,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from driver.block_rdd import block_rdd
+from driver.block_rdd import auto_max_partitions, block_rdd
 from driver.dstream import DStream
 from driver.wal_conf import kafka_settings_of
 
@@ -34,9 +34,13 @@ class ReceiverInputDStream(DStream):
                                f"{b.handle.offset}/{b.num_records}["
                                + ",".join(f"{r.partition}:{r.from_offset}-{r.until_offset}"
                                           for r in b.source) + "]" for b in blocks))
-        return block_rdd(self._ssc.sparkContext, blocks, engine.config.bootstrap_servers,
+        sc = self._ssc.sparkContext
+        limit = engine.config.block_rdd_max_partitions
+        if limit is None:
+            limit = auto_max_partitions(sc, len(engine.receivers))
+        return block_rdd(sc, blocks, engine.config.bootstrap_servers,
                          kafka_settings=kafka_settings_of(engine.config.wal_options),
-                         max_partitions=engine.config.block_rdd_max_partitions)
+                         max_partitions=limit)
 
 
 class QueueInputDStream(DStream):

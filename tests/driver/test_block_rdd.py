@@ -7,7 +7,12 @@ import itertools
 
 import pytest
 
-from driver.block_rdd import CONF_MAX_PARTITIONS, group_blocks, max_partitions_from_conf
+from driver.block_rdd import (
+    CONF_MAX_PARTITIONS,
+    auto_max_partitions,
+    group_blocks,
+    max_partitions_from_conf,
+)
 from driver.engine_config import EngineConfig
 from receiver.block_info import ReceivedBlockInfo
 from wal.handle import RecordHandle
@@ -62,3 +67,16 @@ def test_engine_config_reads_the_key() -> None:
     assert cfg({CONF_MAX_PARTITIONS: "0"}).block_rdd_max_partitions == 0
     with pytest.raises(ConfigError):
         cfg({CONF_MAX_PARTITIONS: "x"})
+
+
+class _Sc:
+    def __init__(self, master: str, parallelism: int) -> None:
+        self.master, self.defaultParallelism = master, parallelism
+
+
+def test_auto_limit_is_the_default_parallelism_within_the_slots_receivers_leave() -> None:
+    assert auto_max_partitions(_Sc("local[12]", 3), 10) == 2  # two slots beside ten receivers
+    assert auto_max_partitions(_Sc("local[3]", 3), 1) == 2
+    assert auto_max_partitions(_Sc("local[8]", 3), 1) == 3
+    assert auto_max_partitions(_Sc("local[2]", 4), 2) == 4  # no slot left: not below Spark's
+    assert auto_max_partitions(_Sc("spark://h:7077", 16), 4) == 12
