@@ -65,6 +65,9 @@ from walstream.killpoints import kill_point
 log = logging.getLogger(__name__)
 
 RECOVERED_STATE_ENV = "WALSTREAM_RECOVERED_STATE_FILE"
+#: The longest a restart or takeover holds the receivers back for the first
+#: resubmitted batch to complete (:meth:`StreamingEngine.start`, step 6).
+RECEIVERS_AFTER_FIRST_BATCH_S = 2.0
 
 
 def _dump_recovered_state(tracker: ReceivedBlockTracker) -> None:
@@ -143,6 +146,7 @@ class StreamingEngine:
         self._tail: TrackerTail | None = None
         self.lease_check: Callable[[], None] | None = None
         self._started = False
+        self._receiver_launch: threading.Thread | None = None  # after a restart (start, 6)
         self._stopped = threading.Event()
         self._wake = threading.Event()  # stopped, or a job failed
 
@@ -320,7 +324,8 @@ class StreamingEngine:
         tracker = ReceivedBlockTracker(self._stream_ids, wal, recover_from_wal=False)
         return TrackerTail(tracker, wal.follow())
 
-    def take_over(self, epoch: int, timeout_s: float) -> None:
+    def take_over(self, epoch: int, timeout_s: float,
+                  claimed_at_s: float | None = None) -> None:
         """Lead epoch ``epoch`` (won, sinks and checkpoints fenced by the caller):
 
         1. Stop following and read the driver WAL to its end: the tracker holds
@@ -329,7 +334,8 @@ class StreamingEngine:
            the log read in 1. An old leader's later writes land in its own log
            beyond those ends, which no reader takes.
         3. Log ``EpochStarted(epoch)`` in it; every event from now carries the epoch.
-        4. Build the job generator over this tracker; :meth:`start` follows.
+        4. Build the job generator over this tracker (its first batch timed from
+           ``claimed_at_s``, wall seconds, when given); :meth:`start` follows.
 
         A follower that found a write out of order in 1 (``FollowGapError``) is not
         trusted: the tracker is then rebuilt by a replay of the whole chain."""
@@ -357,6 +363,8 @@ class StreamingEngine:
         record_recovery(self.metrics, tail.tracker, self._stream_ids)
         with self._recover_lock:
             self._build_generator(tail.tracker)                                # 4
+        if claimed_at_s is not None:
+            self.generator.restart_log.took_over(claimed_at_s)
 
     def live(self) -> Live:
         """What the metrics read when scraped: batches not done, receivers now."""
@@ -401,15 +409,22 @@ class StreamingEngine:
            cannot hold. Before 5 submits jobs: a failing job wakes
            :meth:`await_termination`. With them the status server
            (:mod:`driver.status_server`), after 2: its figures read the endpoint.
-        4. Launch the receivers, each at the initial rate limit. After 2 (the
-           address). Before 5: a completed batch may publish the rate controller's
-           limit, which the initial one set here must not overwrite.
+        4. Set each receiver's initial rate limit. Before 5: a completed batch may
+           publish the rate controller's limit, which the initial one must not
+           overwrite.
         5. Start the job generator: its loop regenerates the ``resubmit`` times in
            time order (from the allocations the replay restored), and only then
            does the timer post the first new batch, so it follows every resubmitted
            one. After 2: a completed batch's cleanup reaches the receivers through
            the endpoint.
-        6. Post StreamingStarted with the first new batch time (known only after 5).
+        6. Launch the receivers. After 2 (the address) and 4. After a restart or a
+           takeover, once the first resubmitted batch completed (waiting at most
+           :data:`RECEIVERS_AFTER_FIRST_BATCH_S`): receivers starting at once keep
+           the driver's threads and the cores busy for a few hundred milliseconds,
+           which the first recovered batch would otherwise share. It needs none of
+           their blocks (its own were stored before the crash), and nothing waits
+           on them meanwhile: they resume from the positions the replay restored.
+        7. Post StreamingStarted with the first new batch time (known only after 5).
         """
         self.recover()                                                          # 1
         endpoint = self._receiver_tracker = ReceiverTracker(                     # 2
@@ -423,22 +438,34 @@ class StreamingEngine:
         self.bus.start()                                                        # 3
         self._start_status_server()
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
-        self._launch_receivers(endpoint)                                        # 4
+        initial_rate = self.config.backpressure_initial_rate or self.config.max_rate
+        if initial_rate > 0:                                                    # 4
+            for s in self.receivers:
+                endpoint.receivers[s].rate_limit = initial_rate
         if resubmit:                                                            # 5
             self.generator.resubmit(resubmit)
         first = self.generator.start(first_time_ms)
         self._started = True
-        self.bus.post(StreamingListenerStreamingStarted(first))                 # 6
+        if resubmit:                                                            # 6
+            self._receiver_launch = threading.Thread(
+                target=self._launch_after_first_batch, args=(endpoint,),
+                name="receiver-launch", daemon=True)
+            self._receiver_launch.start()
+        else:
+            self._launch_receivers(endpoint)
+        self.bus.post(StreamingListenerStreamingStarted(first))                 # 7
         return first
+
+    def _launch_after_first_batch(self, endpoint: ReceiverTracker) -> None:
+        self.generator.first_batch_done.wait(RECEIVERS_AFTER_FIRST_BATCH_S)
+        self._launch_receivers(endpoint)  # after stop_all_receivers: each ends at once
 
     def _launch_receivers(self, endpoint: ReceiverTracker) -> None:
         """One long-running Spark job per receiver, each registering at ``endpoint`` with
-        its credentials; the endpoint binds each stream to the WAL named here."""
-        initial_rate = self.config.backpressure_initial_rate or self.config.max_rate
+        its credentials (and the rate limit set on it); the endpoint binds each stream
+        to the WAL named here."""
         specs = []
         for s, r in sorted(self.receivers.items()):
-            if initial_rate > 0:
-                endpoint.receivers[s].rate_limit = initial_rate
             specs.append(ReceiverTaskSpec(
                 s, r, endpoint.address, self.config.bootstrap_servers,
                 self.receiver_wal_name(s),
@@ -458,6 +485,9 @@ class StreamingEngine:
             return
         try:
             if self._started:
+                if self._receiver_launch is not None:  # launched (or not) before they stop
+                    self.generator.first_batch_done.set()
+                    self._receiver_launch.join(timeout_s)
                 self.receiver_tracker.stop_all_receivers(timeout_s)
                 if graceful:
                     self.generator.stop(drain=lambda: not self.tracker.has_unallocated_blocks(),

@@ -121,6 +121,7 @@ class HighAvailabilityMixin:
             # Each kill point below leaves a takeover half done; the next claimant
             # takes over from there (integration_tests/test_ha_kill_points.py).
             kill_point("ha.after_claim")
+            claimed_at_s = time.time()
             timeout_s = ha.config.takeover_timeout_s
             engine.lease_check = ha.check
             set_sink_epoch(epoch)
@@ -144,7 +145,7 @@ class HighAvailabilityMixin:
                     data = self._recovered
             steps.append(time.monotonic())
             kill_point("ha.after_checkpoint_fence")
-            engine.take_over(epoch, timeout_s)                                   # 4
+            engine.take_over(epoch, timeout_s, claimed_at_s)                     # 4
             steps.append(time.monotonic())
             self._run_engine(data, conf)                                         # 5
             steps.append(time.monotonic())

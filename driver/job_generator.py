@@ -216,6 +216,8 @@ class JobGenerator:
         self._on_drained: list[Callable[[], None]] = []
         self._build_all = threading.Event()  # a graceful stop out of time: no lookahead
         self.restart_log = RestartLog(tracker, clock, catch_up_log_interval_s)
+        # Set once a batch completed (or the generator stops).
+        self.first_batch_done = threading.Event()
 
     def start(self, first_time_ms: int | None = None) -> int:
         """Start the loop, queue the resubmitted times, then start the timer (so a
@@ -260,6 +262,7 @@ class JobGenerator:
     def on_batch_completed(self, info: BatchInfo) -> None:
         """Wire this to JobScheduler(on_batch_completed=...)."""
         self.restart_log.batch_completed(info.batch_time_ms)
+        self.first_batch_done.set()
         self._post(ClearMetadata(info.batch_time_ms))
 
     def pending_times(self) -> list[int]:
@@ -427,6 +430,7 @@ class JobGenerator:
                                             max(0.0, deadline - time.monotonic()))
         if drain is None:
             self._stopping.set()  # a timer blocked on a full queue gives up its tick
+            self.first_batch_done.set()
         next_time = self._timer.stop()
         if drain is not None:
             # Graceful, as Spark's stop(processAllReceivedData = true): let the batches

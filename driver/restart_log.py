@@ -13,7 +13,8 @@ At INFO, each once or at most every ``CATCH_UP_LOG_INTERVAL_S``:
   :attr:`RestartLog.first_batch_after_restart_s` for the metrics.
 
 A start is a restart when the replay found events or batches were resubmitted; a
-first start logs none of this.
+first start logs none of this. A hot standby that takes over replayed its WAL long
+before: its first batch is timed from the takeover (:meth:`RestartLog.took_over`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ class RestartLog:
         self._any_completed = False
         self._left: set[int] = set()
         self._catch_up: ProgressReporter | None = None
+        self._took_over_at_s: float | None = None
+
+    def took_over(self, at_s: float) -> None:
+        """This driver took over at ``at_s`` (the clock's seconds) as a standby: its
+        first batch is timed from then, not from its replay."""
+        with self._lock:
+            self._took_over_at_s = at_s
 
     def begin_catch_up(self, times: list[int]) -> None:
         """The job generator starts with these resubmitted batch times (sorted)."""
@@ -81,7 +89,12 @@ class RestartLog:
             if not self._any_completed:
                 self._any_completed = True
                 stats = self.tracker.recovery_stats
-                if stats.events_replayed or self._catch_up is not None:
+                if self._took_over_at_s is not None:
+                    self.first_batch_after_restart_s = now - self._took_over_at_s
+                    log.info("first batch after the takeover completed: batch %d, %.2f s "
+                             "after the lease was claimed", t,
+                             self.first_batch_after_restart_s)
+                elif stats.events_replayed or self._catch_up is not None:
                     self.first_batch_after_restart_s = now - stats.started_at_s
                     log.info("first batch after the restart completed: batch %d, %.1f s after "
                              "the restart began (WAL replay of %d events: %.1f s)", t,

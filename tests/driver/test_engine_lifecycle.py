@@ -89,3 +89,72 @@ def test_recover_replays_once_and_start_regenerates_before_the_first_new_batch(
     finally:
         engine.stop()
     assert started.times == [first]
+
+
+def test_after_a_restart_receivers_launch_once_the_first_resubmitted_batch_completed(
+    bootstrap: str, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = unique_name("engine-launch")
+    dead = ReceivedBlockTracker(
+        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
+    assert dead.add_block(block(0))
+    dead.allocate_blocks_to_batch(1000)
+    dead.stop()
+
+    release = threading.Event()
+    order: list[str] = []
+
+    def jobs(t: int) -> list[Job]:
+        def run() -> None:
+            if t == 1000:
+                release.wait(WAIT_S)
+                order.append("batch 1000 done")
+        return [Job(t, 0, "out", run)]
+
+    engine = StreamingEngine(None, _config(app, bootstrap), {}, jobs, driver_stream_ids=[0])
+    monkeypatch.setattr(engine, "_launch_receivers", lambda endpoint: order.append("launch"))
+    try:
+        engine.start(resubmit=[1000])
+        wait_until(lambda: engine.generator.scheduler.pending_times() != [], WAIT_S,
+                   "batch 1000 running")
+        assert order == []  # start() returned; the receivers wait for the batch
+        release.set()
+        wait_until(lambda: "launch" in order, WAIT_S, "the receivers launched")
+        assert order == ["batch 1000 done", "launch"]
+    finally:
+        release.set()
+        engine.stop()
+
+
+def test_a_first_start_launches_receivers_at_once_and_a_stop_never_loses_a_launch(
+    bootstrap: str, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = StreamingEngine(None, _config(unique_name("engine-fresh"), bootstrap), {},
+                            lambda t: [])
+    launched: list[str] = []
+    monkeypatch.setattr(fresh, "_launch_receivers", lambda endpoint: launched.append("fresh"))
+    try:
+        fresh.start()
+        assert launched == ["fresh"]
+    finally:
+        fresh.stop()
+
+    # A restart stopped while its first batch still runs: the receivers are
+    # launched (and then stopped with the rest) before stop() returns.
+    app = unique_name("engine-stop")
+    dead = ReceivedBlockTracker(
+        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
+    assert dead.add_block(block(0))
+    dead.allocate_blocks_to_batch(1000)
+    dead.stop()
+    hold = threading.Event()
+    engine = StreamingEngine(None, _config(app, bootstrap), {},
+                             lambda t: [Job(t, 0, "out", lambda: hold.wait(WAIT_S))],
+                             driver_stream_ids=[0])
+    monkeypatch.setattr(engine, "_launch_receivers", lambda endpoint: launched.append("late"))
+    try:
+        engine.start(resubmit=[1000])
+    finally:
+        engine.stop()
+        hold.set()
+    assert launched == ["fresh", "late"]

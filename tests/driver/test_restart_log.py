@@ -104,3 +104,18 @@ def test_the_job_generator_logs_its_restart(caplog: pytest.LogCaptureFixture) ->
         assert h.gen.restart_log.first_batch_after_restart_s is not None
     finally:
         h.close()
+
+
+def test_a_takeover_times_its_first_batch_from_the_claim(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    r = RestartLog(replayed_tracker(clock), clock)
+    clock.now += 300.0  # the standby followed the WAL for five minutes
+    r.took_over(clock.now)
+    with caplog.at_level(logging.INFO, logger=LOG):
+        r.begin_catch_up([1000])
+        clock.now += 1.25
+        r.batch_completed(1000)
+    assert messages(caplog)[1] == ("first batch after the takeover completed: batch 1000, "
+                                   "1.25 s after the lease was claimed")
+    assert r.first_batch_after_restart_s == pytest.approx(1.25)
