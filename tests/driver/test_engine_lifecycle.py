@@ -40,6 +40,17 @@ class _Started(StreamingListener):
         self.times.append(streamingStarted.time())
 
 
+def _crashed_with_batch_1000(bootstrap: str, app: str) -> ReceivedBlockInfo:
+    """A driver WAL as a driver that died with batch 1000 allocated leaves it; the block."""
+    dead = ReceivedBlockTracker(
+        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
+    b = block(0)
+    assert dead.add_block(b)
+    dead.allocate_blocks_to_batch(1000)
+    dead.stop()
+    return b
+
+
 def test_construction_opens_no_wal_binds_no_port_and_starts_no_thread() -> None:
     before = set(threading.enumerate())
     # Nothing listens there: a constructor that touched Kafka would fail or hang.
@@ -57,12 +68,7 @@ def test_recover_replays_once_and_start_regenerates_before_the_first_new_batch(
     bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     app = unique_name("engine")
-    dead = ReceivedBlockTracker(
-        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
-    b = block(0)
-    assert dead.add_block(b)
-    dead.allocate_blocks_to_batch(1000)
-    dead.stop()
+    b = _crashed_with_batch_1000(bootstrap, app)
 
     built: list[int] = []
     seen: dict[int, dict[int, tuple[ReceivedBlockInfo, ...]]] = {}
@@ -95,11 +101,7 @@ def test_after_a_restart_receivers_launch_once_the_first_resubmitted_batch_compl
     bootstrap: str, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = unique_name("engine-launch")
-    dead = ReceivedBlockTracker(
-        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
-    assert dead.add_block(block(0))
-    dead.allocate_blocks_to_batch(1000)
-    dead.stop()
+    _crashed_with_batch_1000(bootstrap, app)
 
     release = threading.Event()
     order: list[str] = []
@@ -142,11 +144,7 @@ def test_a_first_start_launches_receivers_at_once_and_a_stop_never_loses_a_launc
     # A restart stopped while its first batch still runs: the receivers are
     # launched (and then stopped with the rest) before stop() returns.
     app = unique_name("engine-stop")
-    dead = ReceivedBlockTracker(
-        [0], BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
-    assert dead.add_block(block(0))
-    dead.allocate_blocks_to_batch(1000)
-    dead.stop()
+    _crashed_with_batch_1000(bootstrap, app)
     hold = threading.Event()
     engine = StreamingEngine(None, _config(app, bootstrap), {},
                              lambda t: [Job(t, 0, "out", lambda: hold.wait(WAIT_S))],
