@@ -28,10 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BATCH_S = 1.0
 
 
-def _lines(seed: int = 7, n: int = 5000) -> list[bytes]:
+WORDS_PER_LINE = 12  # the default line: 12 words, about 95 bytes
+
+
+def lines_pool(words: int = WORDS_PER_LINE, seed: int = 7) -> list[bytes]:
+    """The lines a LineServer cycles through (``words`` words from a seeded vocabulary
+    of 1000, newline-terminated); the floor job counts the same lines."""
     rnd = random.Random(seed)
     vocab = [f"word{i:03d}" for i in range(1000)]
-    return [(" ".join(rnd.choice(vocab) for _ in range(12)) + "\n").encode() for _ in range(n)]
+    n = max(100, 60_000 // words)
+    return [(" ".join(rnd.choice(vocab) for _ in range(words)) + "\n").encode()
+            for _ in range(n)]
 
 
 @dataclass
@@ -53,7 +60,8 @@ class LineServer:
     counted: lines already sent to a dead connection are not resent.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, words_per_line: int = WORDS_PER_LINE) -> None:
+        self.words_per_line = words_per_line
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
@@ -64,7 +72,9 @@ class LineServer:
         self._conn: socket.socket | None = None
         self._idle: list[socket.socket] = []
         self._closed = False
-        self._pool = _lines()
+        self._pool = lines_pool(words_per_line)
+        # At most about 2 MB per send, whatever the line size.
+        self._max_chunk = max(1, 2_000_000 // len(self._pool[0]))
         self._i = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -104,7 +114,7 @@ class LineServer:
                 break
             due = int(phase.offered * elapsed) - phase.sent
             if due > 0:
-                due = min(due, 20000)
+                due = min(due, self._max_chunk)
                 chunk = []
                 for _ in range(due):
                     chunk.append(self._pool[self._i])
@@ -222,4 +232,5 @@ def wait_connected(server: LineServer, app: App, timeout_s: float) -> None:
 def impl_label(impl: str) -> str:
     return {"spark": "(a) Spark receiver WAL (local disk)",
             "ours": "(b) walstream (Kafka WAL)",
-            "ours-nometrics": "(c) walstream, metrics off"}[impl]
+            "floor": "(c) the same word count, a batch job over the lines in memory",
+            "ours-nometrics": "(d) walstream, metrics off"}[impl]

@@ -35,8 +35,11 @@ process started (apps, broker) is stopped at the end, also on failure.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,20 +63,27 @@ from bench.common import (
 from bench.peer_apps import (
     BATCH_S,
     ROOT,
+    WORDS_PER_LINE,
     App,
     AppRun,
     LineServer,
     Phase,
     impl_label,
+    lines_pool,
     wait_connected,
 )
+from walstream.procs import kill_group
 
 SIZES: dict[str, dict[str, Any]] = {
-    # phase_s, first rate, max steps, latency_s, runs
-    "small": dict(phase_s=6.0, first_rate=4000, steps=8, latency_s=12.0, runs=1),
-    "full": dict(phase_s=12.0, first_rate=4000, steps=12, latency_s=30.0, runs=3),
+    # phase_s, first rate (of 12-word lines), rate factor per step, max steps,
+    # latency_s, runs
+    "small": dict(phase_s=6.0, first_rate=4000, step=2 ** 0.5, steps=8, latency_s=12.0,
+                  runs=1),
+    "full": dict(phase_s=12.0, first_rate=4000, step=2 ** 0.25, steps=22, latency_s=30.0,
+                 runs=3),
 }
-STEP = 2 ** 0.5
+FLOOR_WORDS = 4_800_000  # words per floor job (400,000 lines of 12 words)
+FLOOR_TIMEOUT_S = 600.0
 GAP_S = 3.0  # pause between steps: the last batches of a step drain
 WARMUP_S = 10.0  # at least, at the first rate, not judged
 SETTLE_MAX_S = 120.0  # warm-up ends when the delay of a cold start has drained
@@ -140,7 +150,7 @@ def _settle(server: LineServer, app: App, rate: float, run: AppRun) -> None:
 
 
 def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any]) -> AppRun:
-    server = LineServer()
+    server = LineServer(int(cfg["words_per_line"]))
     app = App(impl, server.port, bootstrap, workdir)
     run = AppRun(impl)
     try:
@@ -158,7 +168,7 @@ def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any]) -> App
             log(f"{impl}: {ph.offered:.0f}/s offered, {ph.achieved:.0f}/s sent: {why}")
             if not ok:
                 break
-            rate *= STEP
+            rate *= float(cfg["step"])
         _drain(app, run.warmup_sent + sum(p.sent for p in run.phases), 30)
         run.batches = app.batches()
         run.reconnects = server.reconnects
@@ -168,8 +178,9 @@ def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any]) -> App
     return run
 
 
-def latency(impl: str, bootstrap: str, workdir: Path, rate: float, seconds: float) -> AppRun:
-    server = LineServer()
+def latency(impl: str, bootstrap: str, workdir: Path, rate: float, seconds: float,
+            words_per_line: int = WORDS_PER_LINE) -> AppRun:
+    server = LineServer(words_per_line)
     app = App(impl, server.port, bootstrap, workdir)
     run = AppRun(impl)
     try:
@@ -217,11 +228,39 @@ class Result:
     ladders: list[AppRun] = field(default_factory=list)
 
 
-def _check_counts(run: AppRun) -> tuple[bool, str]:
+def floor(workdir: Path, words_per_line: int, repeats: int) -> list[float]:
+    """Lines/s of the floor job (``bench.peer_floor``), one value per timed repeat."""
+    out = workdir / "floor.json"
+    log_path = workdir / "floor.log"
+    env = dict({k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"},
+               SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               PYSPARK_DRIVER_PYTHON=sys.executable)
+    scratch = workdir / "spark-local"
+    scratch.mkdir(parents=True, exist_ok=True)
+    env.setdefault("SPARK_LOCAL_DIRS", str(scratch))
+    cmd = [sys.executable, "-m", "bench.peer_floor", "--words-per-line", str(words_per_line),
+           "--lines", str(max(1000, FLOOR_WORDS // words_per_line)),
+           "--repeats", str(repeats), "--out", str(out)]
+    with open(log_path, "a") as logf:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(FLOOR_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            kill_group(proc.pid, grace_s=5)  # its JVM and Python workers too
+    if code != 0:
+        raise RuntimeError(f"the floor job failed ({code}); see {log_path}:\n"
+                           f"{log_path.read_text()[-3000:]}")
+    return [float(v) for v in json.loads(out.read_text())["lines_per_s"]]
+
+
+def _check_counts(run: AppRun, words_per_line: int) -> tuple[bool, str]:
     sent = run.warmup_sent + sum(p.sent for p in run.phases)
     records = sum(b["records"] for b in run.batches)
     words = sum(b["words"] for b in run.batches)
-    ok = records == sent and words == 12 * sent
+    ok = records == sent and words == words_per_line * sent
     return ok, f"sent {sent}, counted {records} lines / {words} words"
 
 
@@ -238,7 +277,7 @@ def plot(results: list[Result], path: Path) -> bool:
         ax2.plot(xs, [b["total_ms"] / 1000 for b in run.batches], label=impl_label(r.impl))
     ax1.set_ylabel("lines/s per batch")
     ax2.set_ylabel("batch total delay (s)")
-    ax2.set_xlabel("seconds since the first step (the offered rate rises x1.41 per step)")
+    ax2.set_xlabel("seconds since the first step (the offered rate rises each step)")
     ax1.legend()
     ax1.set_title("Word count on local[3], 1 s batches: rate ladder, first run")
     fig.tight_layout()
@@ -254,23 +293,45 @@ def _stat(values: list[float]) -> Stat:
                                                        float("nan"), 0)
 
 
-def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
-           size: str, elapsed: float, plotted: str | None) -> str:
+def floor_fractions(r: Result, floor_runs: Result) -> list[float]:
+    """Each run's sustained rate over the floor job of the same run."""
+    return [rate / f for rate, f in zip(r.rates, floor_runs.rates, strict=True) if f > 0]
+
+
+FLOOR_TARGET = 0.8  # of the floor, sustained
+P99_TARGET_MS = 1500  # at half the sustained rate
+
+
+def render(results: list[Result], floor_runs: Result, facts: dict[str, str],
+           cfg: dict[str, Any], size: str, elapsed: float, plotted: str | None) -> str:
     by = {r.impl: r for r in results}
     a, b = by["spark"], by["ours"]
     ra, rb = Stat.of(a.rates), Stat.of(b.rates)
     pa, pb = _stat(a.p99), _stat(b.p99)
     thr_ratio = rb.median / ra.median if ra.median else float("nan")
+    words = int(cfg["words_per_line"])
+    line_bytes = len(lines_pool(words)[0])
+    fb = _stat(floor_fractions(b, floor_runs))
+
+    def mb_s(values: list[float]) -> str:
+        return Stat.of([v * line_bytes / 1e6 for v in values]).fmt(1)
+
     rows = []
     for r in results:
-        rows.append([impl_label(r.impl), Stat.of(r.rates).fmt(0),
+        rows.append([impl_label(r.impl), Stat.of(r.rates).fmt(0), mb_s(r.rates),
+                     _stat(floor_fractions(r, floor_runs)).fmt(2),
                      _stat(r.p50).fmt(0), _stat(r.p99).fmt(0),
                      "yes" if all(r.counted_ok) else "NO: " + "; ".join(r.notes)])
+    rows.insert(2, [impl_label("floor"), Stat.of(floor_runs.rates).fmt(0),
+                    mb_s(floor_runs.rates), "1", "-", "-", "yes (each job checks its count)"])
+    flags = "".join([
+        " --metrics-baseline" if len(results) > 2 else "",
+        f" --words-per-line {words}" if words != WORDS_PER_LINE else ""])
     lines = [
-        "# Peer benchmark: Spark's own receiver WAL vs walstream", "",
+        "# Peer benchmark: Spark's own receiver WAL vs walstream, and the machine's floor",
+        "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
-        f"`python -m bench.peer_bench --size {size} --runs {len(a.rates)}"
-        f"{' --metrics-baseline' if len(results) > 2 else ''}` "
+        f"`python -m bench.peer_bench --size {size} --runs {len(a.rates)}{flags}` "
         f"({elapsed:.0f} s in all). Cells: **median [min, max]** over the runs.", "",
         "## Machine", "", md_facts(facts), "",
         "## Configuration", "",
@@ -286,13 +347,20 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
                    "with the WAL)",
             "(b)": "`driver.StreamingContext`; blocks in the Kafka WAL (acks=all, idempotent) "
                    "before AddBlock; tracker events in the driver's Kafka WAL",
-            "(c)": "(b) with `spark.walstream.metrics.enabled=false` (only with "
+            "(c)": "the floor: the same word count as a plain PySpark batch job "
+                   "(`bench/peer_floor.py`) over the same lines already in the driver's "
+                   f"memory, {max(1000, FLOOR_WORDS // words)} lines per job, "
+                   "`sc.parallelize(lines, 6)`, same Spark settings, warm (2 unmeasured "
+                   "jobs), in the same run as (a) and (b); what the machine can count "
+                   "with nothing received, logged or scheduled per batch",
+            "(d)": "(b) with `spark.walstream.metrics.enabled=false` (only with "
                    "`--metrics-baseline`): no metrics listener, metered WAL or status server",
-            "Input": "one TCP line server in the benchmark process; lines of 12 words "
-                     "(about 95 B) from a seeded vocabulary of 1000",
+            "Input": f"one TCP line server in the benchmark process; lines of {words} words "
+                     f"({line_bytes} B with the newline) from a seeded vocabulary of 1000",
             "Sustained rate": f"warm-up (>= {WARMUP_S:.0f} s, until the newest batch's "
                               f"scheduling delay <= {SETTLED_MS} ms), then a ladder from "
-                              f"{cfg['first_rate']} lines/s, x1.41 per step, "
+                              f"{cfg['first_rate']} lines/s, x{float(cfg['step']):.2f} per "
+                              "step, "
                               f"{cfg['phase_s']:.0f} s per step, {GAP_S:.0f} s pause; a step "
                               "is sustained when the server reached >= 90% of the offered "
                               "rate, and in its second half the mean processing time and "
@@ -304,12 +372,18 @@ def render(results: list[Result], facts: dict[str, str], cfg: dict[str, Any],
             "Counted": "every line sent in the ladder is counted once (records and 12x words)",
         }), "",
         "## Results", "",
-        md_table(["System", "Sustained lines/s", "Latency p50 (ms)", "Latency p99 (ms)",
-                  "All lines counted exactly"], rows), "",
+        md_table(["System", "Sustained lines/s", "MB/s of lines",
+                  "Fraction of the floor (c), per run", "Latency p50 (ms)",
+                  "Latency p99 (ms)", "All lines counted exactly"], rows), "",
         f"- Throughput (b)/(a): **{thr_ratio:.2f}x** (target >= 2x): "
         f"**{'met' if thr_ratio >= 2 else 'missed'}**",
         f"- p99 latency at half rate: (b) {pb.median:.0f} ms vs (a) {pa.median:.0f} ms "
-        f"(target: lower): **{'met' if pb.median < pa.median else 'missed'}**", "",
+        f"(target: lower): **{'met' if pb.median < pa.median else 'missed'}**",
+        f"- (b) sustained / floor (c): **{fb.median:.2f}x** (target >= {FLOOR_TARGET}x): "
+        f"**{'met' if fb.median >= FLOOR_TARGET else 'missed'}**; (a) / floor: "
+        f"{_stat(floor_fractions(a, floor_runs)).median:.2f}x",
+        f"- (b) p99 latency at half its sustained rate: {pb.median:.0f} ms (target <= "
+        f"{P99_TARGET_MS} ms): **{'met' if pb.median <= P99_TARGET_MS else 'missed'}**", "",
     ]
     if "ours-nometrics" in by:
         c = by["ours-nometrics"]
@@ -335,18 +409,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--metrics-baseline", action="store_true",
                     help="also run walstream with spark.walstream.metrics.enabled=false")
+    ap.add_argument("--words-per-line", type=int, default=WORDS_PER_LINE,
+                    help="words per line (12: about 95 B; 1250: about 10 KB)")
+    ap.add_argument("--floor-repeats", type=int, default=5,
+                    help="timed repeats of the floor job per run")
     args = ap.parse_args(argv)
     cfg = dict(SIZES[args.size])
+    words = args.words_per_line
+    cfg["words_per_line"] = words
+    # The same bytes per second at the first step, whatever the line size.
+    cfg["first_rate"] = max(40, round(float(cfg["first_rate"]) * WORDS_PER_LINE / words))
     runs = args.runs or int(cfg["runs"])
     exit_on_sigterm()
     started = time.monotonic()
     impls = ("spark", "ours", "ours-nometrics") if args.metrics_baseline else ("spark", "ours")
     results = {impl: Result(impl) for impl in impls}
+    floor_runs = Result("floor")
     workdir = Path(tempfile.mkdtemp(prefix="walstream-peer-"))
     try:
         with bench_broker() as broker:
             facts = machine_info(broker.description)
             for i in range(runs):
+                log(f"run {i + 1}/{runs}: floor job")
+                per_repeat = floor(workdir, words, args.floor_repeats)
+                floor_runs.rates.append(statistics.median(per_repeat))
+                floor_runs.counted_ok.append(True)  # the job checks its own count
+                log(f"floor: {floor_runs.rates[-1]:.0f} lines/s "
+                    f"(repeats {', '.join(f'{v:.0f}' for v in per_repeat)})")
                 for impl in impls:  # interleaved: drift hits all alike
                     r = results[impl]
                     log(f"run {i + 1}/{runs}: {impl} ladder")
@@ -354,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                     r.ladders.append(run)
                     best, _, _ = sustained(run)
                     r.rates.append(best)
-                    ok, note = _check_counts(run)
+                    ok, note = _check_counts(run, words)
                     r.counted_ok.append(ok)
                     if not ok:
                         r.notes.append(note)
@@ -363,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                         r.p50.append(float("nan"))
                         r.p99.append(float("nan"))
                         continue
-                    lat = latency(impl, broker.bootstrap, workdir, best / 2, cfg["latency_s"])
+                    lat = latency(impl, broker.bootstrap, workdir, best / 2, cfg["latency_s"],
+                                  words)
                     ds = delays(lat)
                     r.p50.append(statistics.median(ds) if ds else float("nan"))
                     r.p99.append(percentile(ds, 99) if ds else float("nan"))
@@ -375,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     png = args.out.parent / ("peer-ladder.png" if args.out.name == "RESULTS-peer.md"
                              else f"{args.out.stem.lower()}-ladder.png")
     plotted = png.name if plot(list(results.values()), png) else None
-    text = render(list(results.values()), facts, cfg, args.size,
+    text = render(list(results.values()), floor_runs, facts, cfg, args.size,
                   time.monotonic() - started, plotted)
     write_results(args.out, text)
     return 0

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from bench.peer_apps import LineServer, Phase
+from bench.peer_apps import LineServer, Phase, lines_pool
 
 
 def _client(server: LineServer) -> socket.socket:
@@ -48,6 +48,32 @@ def test_serving_the_newest_waits_a_bounded_time() -> None:
         assert server.connected.wait(5)
         with pytest.raises(TimeoutError, match="reconnected"):
             server.serve_newest(0.3)
+    finally:
+        server.close()
+        c.close()
+
+
+def test_lines_have_the_words_asked_for_and_the_default_pool_is_unchanged() -> None:
+    default = lines_pool()
+    assert len(default) == 5000 and all(len(line.split()) == 12 for line in default)
+    assert 90 <= sum(map(len, default)) / len(default) <= 100
+    big = lines_pool(1250)
+    assert all(len(line.split()) == 1250 and line.endswith(b"\n") for line in big)
+    assert 9_000 <= len(big[0]) <= 11_000
+
+
+def test_big_lines_are_sent_whole_in_bounded_chunks() -> None:
+    server = LineServer(words_per_line=1250)
+    c = _client(server)
+    try:
+        assert server.connected.wait(5)
+        phase = Phase(500.0)
+        server.run_phase(phase, 0.3)
+        got = b""
+        c.settimeout(2)
+        while got.count(b"\n") < phase.sent:
+            got += c.recv(1 << 20)
+        assert all(len(line.split()) == 1250 for line in got.splitlines())
     finally:
         server.close()
         c.close()
