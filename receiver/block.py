@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
-from walstream.avro_codec import VersionedCodec, avro_long
+from walstream.avro_codec import AVRO_LENGTHS, VersionedCodec, avro_long
 from walstream.rpc.schemas import SOURCE_RANGE_SCHEMA
 
 BLOCK_SCHEMA_V1: dict[str, Any] = {
@@ -38,10 +38,15 @@ def _avro_bytes_array(items: list[bytes]) -> list[bytes]:
     """Parts of Avro's binary array of ``bytes``: one block of ``len(items)``, then 0."""
     if not items:
         return [b"\x00"]
-    parts = [avro_long(len(items))]
-    for item in items:
-        parts.append(avro_long(len(item)))
-        parts.append(item)
+    if max(map(len, items)) < len(AVRO_LENGTHS):  # the usual record: a looked-up prefix
+        lengths = AVRO_LENGTHS
+        parts = [avro_long(len(items))]
+        parts += [p for item in items for p in (lengths[len(item)], item)]
+    else:
+        parts = [avro_long(len(items))]
+        for item in items:
+            parts.append(avro_long(len(item)))
+            parts.append(item)
     parts.append(b"\x00")
     return parts
 

@@ -60,6 +60,12 @@ def item_bytes(data: Any) -> int:
     return 0
 
 
+def encoded_bytes(records: list[bytes]) -> int:
+    """``sum(item_bytes(r) for r in records)`` for records that are all bytes, summed
+    in C (the supervisor's stored encodings are)."""
+    return sum(map(len, records)) + _RECORD_OVERHEAD * len(records)
+
+
 def split_by_bytes(records: list[Any], cap: int) -> list[list[Any]]:
     """``records`` in order, cut into runs whose :func:`item_bytes` total at most
     ``cap`` (a record over ``cap`` on its own is a run alone); ``[records]`` when
@@ -246,11 +252,14 @@ class BlockGenerator:
             self.records_added += 1
             self.listener.on_add_data(data, metadata)
 
-    def add_multiple_data(self, items: Iterable[Any], metadata: Any = None) -> None:
-        """Add items that must land in one block together (addMultipleDataWithCallback)."""
+    def add_multiple_data(self, items: Iterable[Any], metadata: Any = None,
+                          size: int | None = None) -> None:
+        """Add items that must land in one block together (addMultipleDataWithCallback).
+        ``size``: their :func:`item_bytes` in all, when the caller counted it."""
         batch = list(items)
         self._limiter.acquire(len(batch))
-        size = sum(item_bytes(d) for d in batch)
+        if size is None:
+            size = sum(item_bytes(d) for d in batch)
         with self._cond:
             self._wait_for_room(len(batch), size)
             self._buffer.extend(batch)

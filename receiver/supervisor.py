@@ -48,6 +48,7 @@ from receiver.block import Block, SourceRange
 from receiver.block_generator import (
     BlockGenerator,
     BlockGeneratorConfig,
+    encoded_bytes,
     item_bytes,
     new_block_id,
     split_by_bytes,
@@ -339,6 +340,8 @@ class ReceiverSupervisor:
         carries them and needs more than one run raises :class:`BlockTooLargeError`
         before anything is stored, rather than make a block the WAL may refuse."""
         cap = self.generator.config.max_block_bytes
+        if encoded_bytes(records) <= cap:  # the usual case, counted without a loop
+            return [records]
         parts = split_by_bytes(records, cap)
         if len(parts) > 1 and metadata is not None:
             size = sum(item_bytes(r) for r in records)
@@ -375,7 +378,7 @@ class ReceiverSupervisor:
         if any(len(r) > limit for r in records):
             records = [d for d in (self._checked(r) for r in records) if d is not None]
         for part in self._parts(records, metadata):
-            self.generator.add_multiple_data(part, metadata)
+            self.generator.add_multiple_data(part, metadata, encoded_bytes(part))
 
     def push_array_buffer(self, items: list[Any], metadata: Any = None) -> None:
         """Store ``items`` as a block of their own, stored and reported before this

@@ -18,17 +18,12 @@ import fastavro
 
 from walstream.errors import ConfigError, CorruptDataError, UnknownSchemaVersionError
 
+
 # Avro's zig-zag varint of an int/long, hand-written for the hot paths that lay
 # out Avro binary themselves (WAL frames, received items, blocks): fastavro's
 # writer costs microseconds per call. Each such layout has a test checking it is
 # byte-identical to fastavro's encoding of its schema.
-_SMALL_LONGS = [bytes((n << 1,)) for n in range(64)]
-
-
-def avro_long(n: int) -> bytes:
-    """Avro binary of the long ``n`` (zig-zag varint)."""
-    if 0 <= n < 64:
-        return _SMALL_LONGS[n]
+def _varint(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)
     out = bytearray()
     while z > 0x7F:
@@ -36,6 +31,18 @@ def avro_long(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+#: ``avro_long(n)`` for ``0 <= n < len(AVRO_LENGTHS)``: the length prefixes of the
+#: records of a block, looked up rather than computed once per record.
+AVRO_LENGTHS: tuple[bytes, ...] = tuple(_varint(n) for n in range(1 << 13))
+
+
+def avro_long(n: int) -> bytes:
+    """Avro binary of the long ``n`` (zig-zag varint)."""
+    if 0 <= n < len(AVRO_LENGTHS):
+        return AVRO_LENGTHS[n]
+    return _varint(n)
 
 
 def _min_width(schema: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()) -> int:

@@ -1,5 +1,6 @@
-"""SocketTextReceiver: lines are stored one by one; a line over max_line_bytes is
-reported as a bad record and skipped, with memory bounded and nothing lost."""
+"""SocketTextReceiver: lines are stored in order, each read back as the str its bytes
+decode to; a line over max_line_bytes is reported as a bad record and skipped, with
+memory bounded and nothing lost."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from receiver.block_generator import BlockGeneratorConfig
 from receiver.socket_receiver import SocketTextReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.doubles import FakeReporter
+from walstream.errors import ConfigError
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -60,3 +62,43 @@ def test_a_line_over_max_line_bytes_is_reported_and_skipped_and_nothing_else_is_
         assert sup.error is None
     finally:
         sup.stop("done", None)
+
+
+def _lines_through(server: tuple[socket.socket, list[socket.socket]], wal: MemoryWAL,
+                   reporter: FakeReporter, data: bytes, encoding: str, n: int) -> list[object]:
+    listener, accepted = server
+    receiver = SocketTextReceiver("127.0.0.1", listener.getsockname()[1], encoding=encoding)
+    sup = ReceiverSupervisor(receiver, 7, wal, reporter, BlockGeneratorConfig(block_interval_ms=10),
+                             SupervisorConfig(report_backoff_s=0.01, store_backoff_s=0.01))
+    sup.start()
+    try:
+        wait_until(lambda: bool(accepted), what="the receiver's connection")
+        accepted[0].sendall(data)
+        wait_until(lambda: len(reporter.reported_items()) >= n, what=f"{n} lines stored")
+        return list(reporter.reported_items())
+    finally:
+        sup.stop("done", None)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "UTF8", "ascii", "latin-1"])
+def test_each_line_reads_back_as_the_str_its_bytes_decode_to(
+    server: tuple[socket.socket, list[socket.socket]], wal: MemoryWAL, reporter: FakeReporter,
+    encoding: str,
+) -> None:
+    lines = [b"plain ascii", "caf\u00e9 \u00fcber".encode(), b"bad \xff\xfe utf-8", b"",
+             b"crlf\r", "\u65e5\u672c".encode()]
+    got = _lines_through(server, wal, reporter, b"\n".join(lines) + b"\n", encoding, len(lines))
+    assert got == [line.rstrip(b"\r").decode(encoding, "replace") for line in lines]
+
+
+def test_many_lines_of_one_recv_arrive_whole_and_in_order(
+    server: tuple[socket.socket, list[socket.socket]], wal: MemoryWAL, reporter: FakeReporter,
+) -> None:
+    lines = [f"line {i} " + "w" * (i % 50) for i in range(20_000)]
+    data = "\n".join(lines).encode() + b"\n"
+    assert _lines_through(server, wal, reporter, data, "utf-8", len(lines)) == lines
+
+
+def test_an_unknown_encoding_is_refused_at_construction() -> None:
+    with pytest.raises(ConfigError, match="unknown encoding 'no-such-codec'"):
+        SocketTextReceiver("127.0.0.1", 1, encoding="no-such-codec")
