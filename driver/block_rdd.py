@@ -94,16 +94,17 @@ def _read_blocks(
 ) -> Iterator[Any]:
     # Imported here: this runs in a PySpark Python worker.
     from receiver.block import Block
-    from receiver.items import decode_item
+    from receiver.items import decode_items
     from wal.handle import RecordHandle
     from wal.reader import WalReader
+    from walstream.worker_heap import freeze_once
 
+    freeze_once()
     reader = WalReader(bootstrap_servers, timeout_s, dict(kafka_settings))
     try:
         handles = [RecordHandle.from_dict(h) for run in groups for h in run]
         for data, _ in reader.read_many(handles):
-            for record in Block.decode(data).records:
-                yield decode_item(record)
+            yield from decode_items(Block.decode(data).records)
     finally:
         reader.close()
 

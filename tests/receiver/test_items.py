@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from receiver.errors import BadRecordError, ReceiverError
-from receiver.items import decode_item, encode_item, encode_utf8_pair
+from receiver.errors import BadRecordError, CorruptItemError, ReceiverError
+from receiver.items import decode_item, decode_items, encode_item, encode_utf8_pair
 
 
 @pytest.mark.parametrize(
@@ -137,3 +137,20 @@ def test_utf8_pair_is_the_pair_of_decoded_strings(key: bytes | None, value: byte
 def test_utf8_pair_refuses_bytes_that_are_not_utf8(pair: tuple[bytes | None, bytes]) -> None:
     with pytest.raises(UnicodeDecodeError):
         encode_utf8_pair(*pair)
+
+
+def test_decoding_a_blocks_items_at_once_equals_decoding_each() -> None:
+    items = ["plain", "caf\u00e9", "", b"raw", ("k", b"v"), (None, "v"), 42, [1, "x"], "\ud800"]
+    records = [encode_item(i) for i in items]
+    assert decode_items(records) == [decode_item(r) for r in records]
+    assert decode_items([]) == []
+
+
+@pytest.mark.parametrize("bad", [b"", b"s\xff\xfe", b"?unknown", b"j{"])
+def test_a_bad_record_among_many_raises_what_decoding_it_alone_raises(bad: bytes) -> None:
+    records = [encode_item("good"), bad, encode_item("after")]
+    with pytest.raises(CorruptItemError) as alone:
+        decode_item(bad)
+    with pytest.raises(CorruptItemError) as together:
+        decode_items(records)
+    assert str(together.value) == str(alone.value)
