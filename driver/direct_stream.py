@@ -30,6 +30,7 @@ from receiver.block_info import ReceivedBlockInfo
 from wal.handle import RecordHandle
 from wal.reader import FETCH_WAIT_MS
 from walstream.kafka_logging import with_logger
+from walstream.worker_heap import freeze_once
 
 if TYPE_CHECKING:
     from driver.streaming_context import StreamingContext
@@ -63,6 +64,7 @@ def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_
     settings and the stream's kafkaParams). A record the decoders reject is skipped,
     logged with its position and counted in the accumulator ``bad`` (the stream's
     ``undecodable``), as a Kafka receiver skips and reports it."""
+    freeze_once()
     conf = consumer_conf(bootstrap, params, {}, {
         "group.id": "walstream-direct-reader", "enable.auto.commit": False,
         "enable.partition.eof": True, "auto.offset.reset": "error"})
