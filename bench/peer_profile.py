@@ -133,7 +133,12 @@ class Rule:
                 return False
         elif not p.endswith("/" + self.file):
             return False
-        return not self.func or re.fullmatch(self.func, func.rsplit(".", 1)[-1]) is not None
+        if not self.func:
+            return True
+        # A comprehension or nested function inside ``decode_items`` counts as
+        # ``decode_items`` too: its own name (``<listcomp>``) or its outermost one.
+        names = {func.rsplit(".", 1)[-1], func.split(".<locals>.", 1)[0].rsplit(".", 1)[-1]}
+        return any(re.fullmatch(self.func, n) is not None for n in names)
 
 
 #: Every stack classification rule, in order. :func:`classify` walks a stack from

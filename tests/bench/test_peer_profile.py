@@ -18,6 +18,7 @@ from bench.peer_profile import (
     TRACKER,
     UNATTRIBUTED,
     USER,
+    Rule,
     attribute,
     classify,
     flame_svg,
@@ -169,3 +170,12 @@ def test_attribute_scales_each_thread_to_its_proc_cpu() -> None:
     assert att.cpu[UNATTRIBUTED][RECEIVER_ROLE] == pytest.approx(0.13)
     svg = flame_svg(att.stacks[RECEIVER_ROLE], "receiver", "worker")
     assert svg.startswith("<svg") and "socket-receiver" in svg and "rdk:broker1" in svg
+
+
+def test_a_comprehension_counts_as_the_function_it_is_written_in() -> None:
+    rule = Rule(READ, "receiver/items.py", r"_?decode\w*")
+    assert rule.matches("decode_items.<locals>.<listcomp>", "/x/receiver/items.py", "worker")
+    assert rule.matches("decode_item", "/x/receiver/items.py", "worker")
+    assert not rule.matches("encode_item", "/x/receiver/items.py", "worker")
+    lam = Rule(READ, "bench/peer_app.py", r"<lambda>|_record")
+    assert lam.matches("main.<locals>.setup.<locals>.<lambda>", "/r/bench/peer_app.py", "any")
