@@ -51,7 +51,7 @@ bench: setup
 	$(BIN)/python -m bench.ingest_bench --size full
 	$(BIN)/python -m bench.addblock_bench --out bench/results/RESULTS-addblock.md
 	$(BIN)/python -m bench.peer_bench --size full
-	$(BIN)/python -m bench.peer_bench --size full --words-per-line 1250 \
+	$(BIN)/python -m bench.peer_bench --size full --words-per-line 1250 --impls ours \
 		--out bench/results/RESULTS-peer-10k.md
 	$(BIN)/python -m bench.recovery_bench --size full
 	$(BIN)/python -m bench.recovery_bench --size full --backlogs 10000 --receivers 10 \
