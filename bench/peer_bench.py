@@ -116,7 +116,7 @@ def phase_verdict(batches: list[dict[str, Any]], ph: Phase) -> tuple[bool, str]:
     return True, "sustained"
 
 
-def _drain(app: App, want: int, timeout_s: float) -> None:
+def drain(app: App, want: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if sum(b["records"] for b in app.batches()) >= want:
@@ -124,7 +124,7 @@ def _drain(app: App, want: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def _settle(server: LineServer, app: App, rate: float, run: AppRun) -> None:
+def settle(server: LineServer, app: App, rate: float, run: AppRun) -> None:
     """Warm up at ``rate`` (not judged) until the app is in steady state.
 
     At least ``WARMUP_S``; then until the newest completed batch started within
@@ -156,7 +156,7 @@ def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any]) -> App
     try:
         wait_connected(server, app, 120)
         time.sleep(2 * BATCH_S)  # the first (empty) batches
-        _settle(server, app, float(cfg["first_rate"]), run)
+        settle(server, app, float(cfg["first_rate"]), run)
         time.sleep(GAP_S)
         rate = float(cfg["first_rate"])
         for _ in range(int(cfg["steps"])):
@@ -169,7 +169,7 @@ def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any]) -> App
             if not ok:
                 break
             rate *= float(cfg["step"])
-        _drain(app, run.warmup_sent + sum(p.sent for p in run.phases), 30)
+        drain(app, run.warmup_sent + sum(p.sent for p in run.phases), 30)
         run.batches = app.batches()
         run.reconnects = server.reconnects
     finally:
@@ -186,11 +186,11 @@ def latency(impl: str, bootstrap: str, workdir: Path, rate: float, seconds: floa
     try:
         wait_connected(server, app, 120)
         time.sleep(2 * BATCH_S)
-        _settle(server, app, rate, run)
+        settle(server, app, rate, run)
         ph = Phase(rate)
         server.run_phase(ph, seconds)
         run.phases.append(ph)
-        _drain(app, run.warmup_sent + ph.sent, 30)
+        drain(app, run.warmup_sent + ph.sent, 30)
         run.batches = app.batches()
         run.reconnects = server.reconnects
     finally:
@@ -256,7 +256,7 @@ def floor(workdir: Path, words_per_line: int, repeats: int) -> list[float]:
     return [float(v) for v in json.loads(out.read_text())["lines_per_s"]]
 
 
-def _check_counts(run: AppRun, words_per_line: int) -> tuple[bool, str]:
+def check_counts(run: AppRun, words_per_line: int) -> tuple[bool, str]:
     sent = run.warmup_sent + sum(p.sent for p in run.phases)
     records = sum(b["records"] for b in run.batches)
     words = sum(b["words"] for b in run.batches)
@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                     r.ladders.append(run)
                     best, _, _ = sustained(run)
                     r.rates.append(best)
-                    ok, note = _check_counts(run, words)
+                    ok, note = check_counts(run, words)
                     r.counted_ok.append(ok)
                     if not ok:
                         r.notes.append(note)

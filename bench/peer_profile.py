@@ -78,7 +78,7 @@ from bench.peer_apps import (
 )
 
 # The warm-up and the count check of the peer benchmark, reused as they are.
-from bench.peer_bench import GAP_S, _check_counts, _drain, _settle
+from bench.peer_bench import GAP_S, check_counts, drain, settle
 
 # -- parts and rules ---------------------------------------------------------------
 
@@ -895,14 +895,14 @@ def run(args: argparse.Namespace, workdir: Path) -> tuple[Window, dict[str, str]
             wait_connected(server, app, 120)
             time.sleep(2 * BATCH_S)
             log(f"warm-up at {args.rate:.0f} lines/s")
-            _settle(server, app, args.rate, run_)
+            settle(server, app, args.rate, run_)
             time.sleep(GAP_S)  # the warm-up's last batches complete before the window
             win = profile_window(app, server, args.rate, args.seconds, args.pyspy_rate,
                                  broker.pid, workdir)
             run_.phases.append(Phase(args.rate, sent=win.sent))
-            _drain(app, run_.warmup_sent + win.sent, 30)
+            drain(app, run_.warmup_sent + win.sent, 30)
             run_.batches = app.batches()
-            win.counted_ok, win.count_note = _check_counts(run_, WORDS_PER_LINE)
+            win.counted_ok, win.count_note = check_counts(run_, WORDS_PER_LINE)
             log(f"whole run: {win.count_note}")
         finally:
             app.stop()
