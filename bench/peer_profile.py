@@ -18,13 +18,14 @@ lines/s for ``--seconds`` while
   every process of the app (driver, JVM, daemon, workers), of each of their
   threads, of the broker, of py-spy and of this process, at both ends of the window.
 
-Each sampled stack goes to one part by :data:`RULES` (see :func:`classify`). A
-sample stands for an active thread, which on a busy machine is also a thread
-waiting for a core, so ``samples / rate`` overstates CPU time; each thread's CPU
-from ``/proc`` is therefore spread over its stacks in proportion to its samples
-(the *CPU s* column), and ``samples / rate`` is shown beside it as the cross-check.
+Each sampled stack goes to one part by ``RULES`` (see ``classify``) of
+``bench.profile_stacks``. A sample stands for an active thread, which on a busy
+machine is also a thread waiting for a core, so ``samples / rate`` overstates CPU
+time; each thread's CPU from ``/proc`` is therefore spread over its stacks in
+proportion to its samples (the *CPU s* column), and ``samples / rate`` is shown
+beside it as the cross-check.
 Threads that py-spy cannot see (librdkafka's and gRPC core's native threads) go
-to a part by their name (:data:`NATIVE_THREADS`); what is left of the Python
+to a part by their name (``NATIVE_THREADS`` there); what is left of the Python
 processes' ``/proc`` CPU (threads that ended in the window, threads never seen
 active) is *Python, unattributed*. The JVM and the broker are rows of their own.
 
@@ -33,24 +34,24 @@ batch that holds its last line, so the lines of the window are exactly the lines
 offered in it (checked against the batches' ``records``, and every word counted:
 ``words == 12 * records``). Every process started here (broker, app, py-spy) is
 stopped at the end, also on failure.
+
+This module runs the window and writes the report; the parts, the rules and
+py-spy's raw output are in ``bench.profile_stacks``, the ``/proc`` readings and
+the attribution in ``bench.profile_cpu``, the flame graphs in ``bench.profile_svg``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import html
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,492 +80,30 @@ from bench.peer_apps import (
 
 # The warm-up and the count check of the peer benchmark, reused as they are.
 from bench.peer_bench import GAP_S, check_counts, drain, settle
-
-# -- parts and rules ---------------------------------------------------------------
-
-RECEIVER = "receiver: socket read, line splitting"
-BLOCKS = "receiver: block building and encoding"
-PRODUCE = "receiver: WAL produce"
-BROKER = "broker (Tansu, /proc)"
-TRACKER = "driver: tracker and gRPC"
-JOBGEN = "driver: job generation"
-READ = "tasks: block read and decode"
-USER = "user's functions"
-SPARK = "Spark, Python side (py4j; pyspark worker, shuffle, serializers)"
-JVM = "Spark JVM (/proc)"
-OTHER = "other Python"
-UNATTRIBUTED = "Python, unattributed"
-
-#: The table's rows, in order (a part with no CPU still gets its row).
-PARTS = (RECEIVER, BLOCKS, PRODUCE, BROKER, TRACKER, JOBGEN, READ, USER, SPARK, JVM,
-         OTHER, UNATTRIBUTED)
-
-DRIVER_ROLE = "driver"
-RECEIVER_ROLE = "receiver worker"
-TASKS_ROLE = "task workers"
-ROLES = (DRIVER_ROLE, RECEIVER_ROLE, TASKS_ROLE)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A frame of ``file`` (and of a function matching ``func``) in a process of
-    ``side`` puts its stack into ``part``.
-
-    ``file`` ending in ``.py`` is a path suffix (``receiver/block.py``); ending in
-    ``/`` a folder anywhere in the path (``pyspark/``). ``func`` is a regular
-    expression the function's own name (its qualified name's last part) must match
-    in full; empty: any. ``side`` is ``driver`` or ``worker`` (any other process of
-    the app); empty: both. ``library`` rules apply only to stacks with no frame
-    that a project rule matches.
-    """
-
-    part: str
-    file: str
-    func: str = ""
-    side: str = ""
-    library: bool = False
-
-    def matches(self, func: str, path: str, side: str) -> bool:
-        if self.side and self.side != side:
-            return False
-        p = "/" + path.lstrip("/")
-        if self.file.endswith("/"):
-            if "/" + self.file not in p:
-                return False
-        elif not p.endswith("/" + self.file):
-            return False
-        if not self.func:
-            return True
-        # A comprehension or nested function inside ``decode_items`` counts as
-        # ``decode_items`` too: its own name (``<listcomp>``) or its outermost one.
-        names = {func.rsplit(".", 1)[-1], func.split(".<locals>.", 1)[0].rsplit(".", 1)[-1]}
-        return any(re.fullmatch(self.func, n) is not None for n in names)
-
-
-#: Every stack classification rule, in order. :func:`classify` walks a stack from
-#: its leaf towards its root, and the first frame that a project rule (library=False)
-#: matches decides (of the rules matching that frame, the first in this table); a
-#: stack with no such frame is decided the same way by the library rules; a stack
-#: neither matches is "other Python". Files of ``wal/`` that both the writer and the
-#: reader use (framing, segments, handles) have no rule: their caller decides.
-RULES: tuple[Rule, ...] = (
-    # The word count's own code: the lambdas run in the tasks, _record is its
-    # foreachRDD on the driver; the batch recorder (a listener) is the benchmark's.
-    Rule(USER, "bench/peer_app.py", r"<lambda>|_record"),
-    Rule(OTHER, "bench/peer_app.py", r"onBatchCompleted"),
-    # The receiver task (a long-running task in one Python worker).
-    Rule(RECEIVER, "receiver/socket_receiver.py"),
-    Rule(READ, "receiver/items.py", r"_?decode\w*"),
-    Rule(READ, "receiver/block.py", r"decode|from_dict"),
-    Rule(BLOCKS, "receiver/items.py"),
-    Rule(BLOCKS, "receiver/block.py"),
-    Rule(BLOCKS, "receiver/block_generator.py"),
-    Rule(BLOCKS, "receiver/supervisor.py"),
-    Rule(BLOCKS, "receiver/rate_limiter.py"),
-    Rule(PRODUCE, "wal/kafka_log.py", side="worker"),
-    Rule(TRACKER, "receiver/driver_client.py"),
-    # The batch tasks' reads.
-    Rule(READ, "driver/block_rdd.py", r"_read_blocks"),
-    Rule(READ, "wal/reader.py"),
-    # The driver: block tracking (AddBlock over gRPC, the driver's WAL of tracker
-    # events) and job generation.
-    Rule(TRACKER, "wal/", side="driver"),
-    Rule(TRACKER, "driver/received_block_tracker.py"),
-    Rule(TRACKER, "driver/receiver_tracker.py"),
-    Rule(TRACKER, "driver/receiver_endpoint.py"),
-    Rule(TRACKER, "driver/tracker_state.py"),
-    Rule(TRACKER, "driver/endpoint_auth.py"),
-    Rule(TRACKER, "driver/endpoint_limits.py"),
-    Rule(TRACKER, "driver/receiver_commands.py"),
-    Rule(JOBGEN, "driver/job_generator.py"),
-    Rule(JOBGEN, "driver/job_scheduler.py"),
-    Rule(JOBGEN, "driver/graph.py"),
-    Rule(JOBGEN, "driver/dstream.py"),
-    Rule(JOBGEN, "driver/dstream_kinds.py"),
-    Rule(JOBGEN, "driver/input_streams.py"),
-    Rule(JOBGEN, "driver/block_rdd.py"),
-    Rule(JOBGEN, "driver/batch_info.py"),
-    Rule(JOBGEN, "driver/recurring_timer.py"),
-    Rule(JOBGEN, "driver/rate_controller.py"),
-    # Libraries, for stacks without any frame above.
-    Rule(BLOCKS, "fastavro/", side="worker", library=True),
-    Rule(PRODUCE, "confluent_kafka/", side="worker", library=True),
-    Rule(TRACKER, "confluent_kafka/", side="driver", library=True),
-    Rule(TRACKER, "grpc/", library=True),
-    Rule(SPARK, "py4j/", library=True),
-    Rule(SPARK, "pyspark/", library=True),
+from bench.profile_cpu import (
+    Attribution,
+    ProcCpu,
+    attribute,
+    snapshot,
+    thread_deltas,
+    thread_group,
+    tick_delta,
 )
-
-#: Native threads of the Python processes (no Python frames: py-spy does not see
-#: them), by the prefix of their name (``/proc/PID/task/TID/comm``) and the role of
-#: their process; the first match decides. Empty role: any.
-NATIVE_THREADS: tuple[tuple[str, str, str], ...] = (
-    ("rdk:", RECEIVER_ROLE, PRODUCE),  # the receiver's librdkafka producer
-    ("rdk:", TASKS_ROLE, READ),  # the tasks' librdkafka consumers
-    ("rdk:", DRIVER_ROLE, TRACKER),  # the driver's WAL producer
-    ("grpc", "", TRACKER),  # gRPC core (AddBlock client and server)
-    ("default-execu", "", TRACKER),
-    ("resolver-exec", "", TRACKER),
-    ("event_engine", "", TRACKER),
+from bench.profile_stacks import (
+    BROKER,
+    DRIVER_ROLE,
+    JVM,
+    NATIVE_THREADS,
+    PARTS,
+    RECEIVER_ROLE,
+    ROLES,
+    RULES,
+    TASKS_ROLE,
+    UNATTRIBUTED,
+    parse_raw,
+    side_of,
 )
-
-
-def parse_frame(frame: str) -> tuple[str, str]:
-    """``(function, path)`` of a py-spy frame ``func (path:line)`` (or ``func (path)``)."""
-    func, sep, rest = frame.rpartition(" (")
-    if not sep:
-        return frame, ""
-    path = rest[:-1] if rest.endswith(")") else rest
-    head, colon, line = path.rpartition(":")
-    if colon and line.isdigit():
-        path = head
-    return func, path
-
-
-def side_of(role: str) -> str:
-    return "driver" if role == DRIVER_ROLE else "worker"
-
-
-def short_path(path: str) -> str:
-    """A frame's file, shortened: relative to the repository or to site-packages."""
-    root = str(ROOT) + "/"
-    if path.startswith(root):
-        return path[len(root):]
-    for marker in ("/site-packages/", ".zip/", "/lib/python3"):
-        i = path.rfind(marker)
-        if i >= 0:
-            rest = path[i + len(marker):]
-            return ("stdlib:" + rest.split("/", 1)[-1]) if marker == "/lib/python3" else rest
-    return path
-
-
-def classify(frames: Sequence[str], side: str) -> tuple[str, str]:
-    """``(part, detail)`` of one stack (frames root first, leaf last) sampled in a
-    process of ``side`` (``driver`` or ``worker``), by :data:`RULES`.
-
-    ``detail`` names what decided: the matched frame's file, or for "other Python"
-    the leaf-most frame outside the standard library (else the leaf's file).
-    """
-    parsed = [parse_frame(f) for f in reversed(frames)]  # leaf first
-    for library in (False, True):
-        for func, path in parsed:
-            for rule in RULES:
-                if rule.library == library and rule.matches(func, path, side):
-                    return rule.part, short_path(path)
-    for _, path in parsed:
-        short = short_path(path)
-        if path and not short.startswith("stdlib:"):
-            return OTHER, short
-    return OTHER, short_path(parsed[0][1]) if parsed else "(no frames)"
-
-
-def native_part(comm: str, role: str) -> str | None:
-    """The part of a native thread named ``comm`` in a process of ``role``, if any."""
-    for prefix, want, part in NATIVE_THREADS:
-        if comm.startswith(prefix) and want in ("", role):
-            return part
-    return None
-
-
-# -- py-spy's raw output -----------------------------------------------------------
-
-_PROCESS = re.compile(r'process (\d+):"(.*?)";', re.DOTALL)
-_THREAD = re.compile(r"thread \(([^)]*)\)(?:: ([^;]*))?;?")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One collapsed stack of py-spy's raw output and its sample count."""
-
-    pid: int
-    tid: int | None  # the native thread id (None when py-spy gave none)
-    thread: str
-    frames: tuple[str, ...]  # root first
-    count: int
-    cmdline: str = ""
-
-
-def parse_raw(text: str, root_pid: int) -> list[Sample]:
-    """The samples of py-spy's ``--format raw`` output recorded with ``--threads``
-    (and ``--subprocesses``: each stack starts with its chain of process frames; the
-    last one is the process sampled). A process's command line may hold line
-    breaks: a line that starts no record continues the one before while that one
-    has no sample count yet. Malformed records are skipped."""
-    records: list[str] = []
-    for line in text.splitlines():
-        if (records and not line.startswith(("process ", "thread "))
-                and not re.search(r" \d+$", records[-1])):
-            records[-1] += "\n" + line
-        else:
-            records.append(line)
-    out = []
-    for record in records:
-        stack, _, n = record.rpartition(" ")
-        if not n.isdigit():
-            continue
-        pid, cmdline = root_pid, ""
-        while m := _PROCESS.match(stack):
-            pid, cmdline = int(m.group(1)), m.group(2)
-            stack = stack[m.end():]
-        tid: int | None = None
-        thread = ""
-        if m := _THREAD.match(stack):
-            raw_tid, thread = m.group(1), m.group(2) or ""
-            tid = int(raw_tid) if raw_tid.isdigit() else None
-            stack = stack[m.end():]
-        frames = tuple(f for f in stack.split(";") if f)
-        out.append(Sample(pid, tid, thread, frames, int(n), cmdline))
-    return out
-
-
-# -- /proc -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcCpu:
-    """One process's CPU clock ticks so far, in all and per live thread."""
-
-    pid: int
-    comm: str
-    ticks: int  # utime + stime + cutime + cstime (children it reaped included)
-    threads: dict[int, tuple[str, int, int]]  # tid -> (comm, utime + stime, run-queue ns)
-
-
-def _stat_fields(path: Path) -> tuple[str, list[str]]:
-    text = path.read_text()
-    return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-
-
-def read_proc(pid: int) -> ProcCpu | None:
-    """The CPU ticks of ``pid`` and of each of its threads (None: gone)."""
-    try:
-        comm, rest = _stat_fields(Path(f"/proc/{pid}/stat"))
-        ticks = sum(int(v) for v in rest[11:15])  # fields 14-17 of proc(5)
-    except (OSError, ValueError, IndexError):
-        return None
-    threads = {}
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                tcomm, trest = _stat_fields(task / "stat")
-                waited = 0  # time runnable but waiting for a core (schedstat, if any)
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    waited = int((task / "schedstat").read_text().split()[1])
-                threads[int(task.name)] = (tcomm, int(trest[11]) + int(trest[12]), waited)
-    return ProcCpu(pid, comm, ticks, threads)
-
-
-def snapshot(pids: Iterable[int]) -> dict[int, ProcCpu]:
-    out = {}
-    for pid in pids:
-        if pid and (p := read_proc(pid)) is not None:
-            out[pid] = p
-    return out
-
-
-def tick_delta(a: dict[int, ProcCpu], b: dict[int, ProcCpu], pid: int) -> int:
-    """Ticks of ``pid`` between snapshots ``a`` and ``b``: a process that ended in
-    between counts minus its start, its whole time being in its parent's reaped
-    children; one that started in between counts in full."""
-    start = a[pid].ticks if pid in a else 0
-    end = b[pid].ticks if pid in b else 0
-    return end - start
-
-
-def thread_deltas(a: ProcCpu | None, b: ProcCpu | None) -> dict[int, tuple[str, int, int]]:
-    """tid -> (name, ticks, run-queue ns in between) of the threads alive at ``b``
-    (a thread started in between counts in full; one that ended is not there)."""
-    if b is None:
-        return {}
-    before = a.threads if a is not None else {}
-    out = {}
-    for tid, (comm, ticks, waited) in b.threads.items():
-        _, ticks0, waited0 = before.get(tid, ("", 0, 0))
-        out[tid] = (comm, ticks - ticks0, waited - waited0)
-    return out
-
-
-# -- attribution -------------------------------------------------------------------
-
-
-@dataclass
-class Attribution:
-    """CPU seconds per part and role, and what the cross-check needs."""
-
-    cpu: dict[str, dict[str, float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    sampled: dict[str, dict[str, float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    other: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    stacks: dict[str, dict[tuple[str, ...], float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    threads: list[tuple[str, int, int, str, float, float]] = field(default_factory=list)
-    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
-    leaves: dict[str, dict[str, float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    python_proc_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    unscaled_s: float = 0.0
-    native: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-
-
-def svg_frame(frame: str) -> str:
-    """A frame as the flame graphs show it: function and short file, no line."""
-    func, path = parse_frame(frame)
-    return f"{func} ({short_path(path)})" if path else func
-
-
-def attribute(samples: Sequence[Sample], rate: float, roles: Mapping[int, str],
-              thread_cpu: Mapping[tuple[int, int], tuple[str, float]],
-              proc_cpu: Mapping[int, float]) -> Attribution:
-    """Spread each thread's CPU over its sampled stacks and sort them into parts.
-
-    ``thread_cpu``: (pid, tid) -> (name, CPU s in the window) of the Python
-    processes' threads; ``proc_cpu``: pid -> CPU s of each Python process (its
-    threads, ended ones and reaped children included); ``roles``: pid -> role.
-    A sampled thread missing from ``thread_cpu`` counts ``samples / rate``.
-    """
-    att = Attribution()
-    per_thread: dict[tuple[int, int | None], int] = defaultdict(int)
-    for s in samples:
-        per_thread[(s.pid, s.tid)] += s.count
-    seen: set[tuple[int, int]] = set()
-    for s in samples:
-        role = roles.get(s.pid, TASKS_ROLE)
-        part, detail = classify(s.frames, side_of(role))
-        raw = s.count / rate
-        key = (s.pid, s.tid) if s.tid is not None else None
-        if key is not None and key in thread_cpu:
-            cpu = s.count / per_thread[key] * thread_cpu[key][1]
-            seen.add(key)
-        else:
-            cpu = raw
-            att.unscaled_s += raw
-        att.cpu[part][role] += cpu
-        att.sampled[part][role] += raw
-        if part == OTHER:
-            att.other[detail] += cpu
-        if s.frames:
-            att.leaves[part][svg_frame(s.frames[-1])] += cpu
-        if s.tid is not None and s.thread:
-            att.thread_names[(s.pid, s.tid)] = s.thread
-        label = s.thread or "thread"
-        att.stacks[role][(label, *(svg_frame(f) for f in s.frames))] += cpu
-    for (pid, tid), (comm, cpu) in thread_cpu.items():
-        role = roles.get(pid, TASKS_ROLE)
-        native = native_part(comm, role) if (pid, tid) not in seen else None
-        if native is not None and cpu > 0:
-            att.cpu[native][role] += cpu
-            att.stacks[role][(f"{comm} (native)",)] += cpu
-            att.native[f"{role}: {_thread_group(comm)}* -> {native}"] += cpu
-        sampled = per_thread.get((pid, tid), 0) / rate
-        att.threads.append((role, pid, tid, comm, cpu, sampled))
-    for pid, cpu in proc_cpu.items():
-        att.python_proc_s[roles.get(pid, TASKS_ROLE)] += cpu
-    for role in ROLES:
-        attributed = sum(att.cpu[p].get(role, 0.0) for p in PARTS if p != UNATTRIBUTED)
-        rest = att.python_proc_s.get(role, 0.0) - attributed
-        if role in att.python_proc_s:
-            att.cpu[UNATTRIBUTED][role] += rest
-    return att
-
-
-# -- flame graphs ------------------------------------------------------------------
-
-_PART_COLOURS = {
-    RECEIVER: "#e6550d", BLOCKS: "#fd8d3c", PRODUCE: "#d62728", TRACKER: "#9467bd",
-    JOBGEN: "#8c6d31", READ: "#2ca02c", USER: "#1f77b4", SPARK: "#bcbd22",
-    OTHER: "#c7c7c7",
-}
-
-
-@dataclass
-class _Node:
-    value: float = 0.0
-    children: dict[str, _Node] = field(default_factory=dict)
-
-
-def _frame_colour(name: str, side: str) -> str:
-    func, _, rest = name.rpartition(" (")
-    if not rest:
-        return "#dddddd"
-    path = rest.rstrip(")")
-    for rule in RULES:
-        if rule.matches(func, path, side):
-            return _PART_COLOURS.get(rule.part, "#c7c7c7")
-    shade = zlib.crc32(name.encode()) % 40
-    return f"rgb({215 + shade},{180 + shade},{150 + shade // 2})"
-
-
-def flame_svg(stacks: Mapping[tuple[str, ...], float], title: str, side: str,
-              width: int = 1200) -> str:
-    """A flame graph (root at the bottom) of ``stacks`` (frames root first -> CPU s);
-    each frame coloured by the part its own file would decide (grey: none)."""
-    root = _Node()
-    for frames, value in stacks.items():
-        node = root
-        node.value += value
-        for f in frames:
-            node = node.children.setdefault(f, _Node())
-            node.value += value
-    total = root.value or 1.0
-
-    def depth(n: _Node) -> int:
-        return 1 + max((depth(c) for c in n.children.values()), default=0)
-
-    row, top, pad = 16, 48, 10
-    # The legend: one entry per part, wrapped to the width.
-    entries: list[tuple[int, int, str, str]] = []  # (x, legend row, part, colour)
-    lx, lrow = pad, 0
-    for part, colour in _PART_COLOURS.items():
-        need = 14 + 6 * len(part) + 12
-        if lx + need > width - pad and lx > pad:
-            lx, lrow = pad, lrow + 1
-        entries.append((lx, lrow, part, colour))
-        lx += need
-    legend_h = 16 * (lrow + 1)
-    height = top + depth(root) * row + 24 + legend_h
-    scale = (width - 2 * pad) / total
-    rects: list[str] = []
-
-    def draw(name: str, n: _Node, x: float, level: int) -> None:
-        w = n.value * scale
-        if w < 0.3:
-            return
-        y = height - 14 - legend_h - (level + 1) * row
-        colour = "#eeeeee" if level == 0 else _frame_colour(name, side)
-        tip = html.escape(f"{name}: {n.value:.2f} CPU s ({100 * n.value / total:.1f}%)")
-        label = name if level else f"all ({total:.1f} CPU s)"
-        chars = int(w / 7)
-        text = ""
-        if chars >= 3:
-            shown = label if len(label) <= chars else label[:chars - 2] + ".."
-            text = (f'<text x="{x + 3:.1f}" y="{y + 12}" font-size="11" '
-                    f'font-family="monospace">{html.escape(shown)}</text>')
-        rects.append(f'<g><title>{tip}</title><rect x="{x:.1f}" y="{y}" width="{w:.1f}" '
-                     f'height="{row - 1}" fill="{colour}" rx="1"/>{text}</g>')
-        cx = x
-        for cname, child in sorted(n.children.items()):
-            draw(cname, child, cx, level + 1)
-            cx += child.value * scale
-
-    draw("all", root, pad, 0)
-    legend = []
-    for x, lrow, part, colour in entries:
-        y = height - legend_h + 16 * lrow
-        legend.append(f'<rect x="{x}" y="{y}" width="10" height="10" '
-                      f'fill="{colour}"/><text x="{x + 13}" y="{y + 9}" '
-                      f'font-size="10" font-family="sans-serif">{html.escape(part)}</text>')
-    return "\n".join([
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{pad}" y="20" font-size="15" font-family="sans-serif">'
-        f"{html.escape(title)}</text>",
-        f'<text x="{pad}" y="38" font-size="11" font-family="sans-serif">Width: CPU '
-        "seconds (each thread's /proc CPU spread over its sampled stacks); hover for "
-        "figures. Colour: the part a frame's file belongs to.</text>",
-        *rects, *legend, "</svg>"])
-
+from bench.profile_svg import flame_svg
 
 # -- the run -----------------------------------------------------------------------
 
@@ -626,11 +165,6 @@ def _stop_pyspy(proc: subprocess.Popen[bytes]) -> None:
 
 def _java_pids(table: Mapping[int, ProcCpu]) -> set[int]:
     return {pid for pid, p in table.items() if p.comm == "java"}
-
-
-def _thread_group(comm: str) -> str:
-    """A JVM thread's name without its number (``Executor task l``, ``GC Thread#``)."""
-    return re.sub(r"[#\-\s]*\d+$", "", comm) or comm
 
 
 def profile_window(app: App, server: LineServer, rate: float, seconds: float,
@@ -710,7 +244,7 @@ def profile_window(app: App, server: LineServer, rate: float, seconds: float,
         win.jvm_s += tick_delta(snap1, snap2, pid) / tick
         groups: dict[str, float] = defaultdict(float)
         for _, (comm, ticks, _) in thread_deltas(snap1.get(pid), snap2.get(pid)).items():
-            groups[_thread_group(comm)] += ticks / tick
+            groups[thread_group(comm)] += ticks / tick
         win.jvm_threads = dict(groups)
     if broker_pid:
         win.broker_s = tick_delta(snap1, snap2, broker_pid) / tick
@@ -856,7 +390,7 @@ def render(win: Window, facts: dict[str, str], args: argparse.Namespace, command
         "## Rules", "",
         "Each stack goes to the part of the first rule below that its leaf-most matching "
         "frame matches; library rules only for stacks that no project rule matches "
-        "(`bench/peer_profile.py`, `RULES`). Native threads: "
+        "(`bench/profile_stacks.py`, `RULES`). Native threads: "
         + "; ".join(f"`{p}*` in {r or 'any process'} -> {part}"
                     for p, r, part in NATIVE_THREADS) + ".", "",
         md_table(["#", "Part", "File", "Function", "Side", "Library"],

@@ -1,10 +1,12 @@
-"""The peer profile's stack classifier, py-spy parsing and attribution (no processes)."""
+"""The peer profile's stack classifier, py-spy parsing, attribution and flame graph
+(``bench.profile_stacks``, ``bench.profile_cpu``, ``bench.profile_svg``; no processes)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.peer_profile import (
+from bench.profile_cpu import attribute
+from bench.profile_stacks import (
     BLOCKS,
     DRIVER_ROLE,
     JOBGEN,
@@ -19,13 +21,12 @@ from bench.peer_profile import (
     UNATTRIBUTED,
     USER,
     Rule,
-    attribute,
     classify,
-    flame_svg,
     native_part,
     parse_frame,
     parse_raw,
 )
+from bench.profile_svg import flame_svg
 
 R = "/work/main"
 SP = "/work/main/.venv/lib/python3.11/site-packages"
