@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.peer_apps import ROOT
 from bench.profile_cpu import attribute
 from bench.profile_stacks import (
     BLOCKS,
@@ -28,8 +29,8 @@ from bench.profile_stacks import (
 )
 from bench.profile_svg import flame_svg
 
-R = "/work/main"
-SP = "/work/main/.venv/lib/python3.11/site-packages"
+R = str(ROOT)  # the checkout's own path: frames under it are the project's
+SP = f"{R}/.venv/lib/python3.11/site-packages"
 STD = "/root/.pyenv/versions/3.11.7/lib/python3.11"
 WORKER = [f"main ({SP}/pyspark/worker.py:1900)", f"process ({SP}/pyspark/worker.py:1800)"]
 RECV = [f"Thread._bootstrap ({STD}/threading.py:1002)",
