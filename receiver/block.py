@@ -38,15 +38,11 @@ def _avro_bytes_array(items: list[bytes]) -> list[bytes]:
     """Parts of Avro's binary array of ``bytes``: one block of ``len(items)``, then 0."""
     if not items:
         return [b"\x00"]
-    if max(map(len, items)) < len(AVRO_LENGTHS):  # the usual record: a looked-up prefix
-        lengths = AVRO_LENGTHS
-        parts = [avro_long(len(items))]
-        parts += [p for item in items for p in (lengths[len(item)], item)]
-    else:
-        parts = [avro_long(len(items))]
-        for item in items:
-            parts.append(avro_long(len(item)))
-            parts.append(item)
+    # The usual record's length prefix is looked up, not computed.
+    fits = max(map(len, items)) < len(AVRO_LENGTHS)
+    prefix = AVRO_LENGTHS.__getitem__ if fits else avro_long
+    parts = [avro_long(len(items))]
+    parts += [p for item in items for p in (prefix(len(item)), item)]
     parts.append(b"\x00")
     return parts
 
