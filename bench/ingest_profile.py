@@ -26,9 +26,10 @@ from bench.ingest_config import (
 )
 
 
-def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
+def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, topic: str,
                        cfg: IngestConfig, out: Any) -> None:
-    """Subprocess: the KafkaReceiver + supervisor of a receiver task, with timers.
+    """Subprocess: the KafkaReceiver + supervisor of a receiver task, with timers,
+    registering with the driver endpoint's ``credentials``.
 
     Puts ``(events, sums, blocks)`` on ``out``: wall-clock event times, summed
     receiving-thread timers and one ``(start, end, wal_s, add_block_s, records, bytes)``
@@ -160,7 +161,7 @@ def _profiled_receiver(driver: str, bootstrap: str, app: str, topic: str,
             return handle
 
     receiver = TimedReceiver(bootstrap, f"{app}-group-0", {topic: 1})
-    client = TimedClient(driver)
+    client = TimedClient(driver, credentials=credentials)
     wal = KafkaWriteAheadLog(bootstrap, f"{app}-receiver-0", **cfg.wal_options())
     sup = TimedSupervisor(receiver, 0, wal, client, cfg.generator(), executor_id="profile")
     try:
@@ -259,7 +260,7 @@ def profile_run(bootstrap: str, admin: Any, topic: str, n: int, cfg: IngestConfi
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     proc = ctx.Process(target=_profiled_receiver,
-                       args=(tracker.address, bootstrap, app, topic, cfg, out))
+                       args=(tracker.address, tracker.credentials, bootstrap, app, topic, cfg, out))
     try:
         proc.start()
         deadline = time.monotonic() + timeout_s

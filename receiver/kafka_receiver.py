@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, TopicPartition
 
 from receiver.block import SourceRange
-from receiver.block_generator import item_bytes
+from receiver.block_generator import encoded_bytes, item_bytes
 from receiver.errors import BlockGeneratorStoppedError
 from receiver.items import encode_utf8_pair
 from receiver.receiver import Receiver
@@ -176,14 +176,56 @@ class KafkaReceiver(Receiver):
                 self._commit_reported(consumer)
                 msgs = consumer.consume(self._batch_size(), 0.1)
                 if msgs:
-                    self._note_ends(consumer, msgs)
-                    self._store_batch(msgs, raw_utf8)
+                    self._note_ends(consumer, self._store_batch(msgs, raw_utf8))
         except BlockGeneratorStoppedError:
             pass  # the supervisor is stopping
         except Exception as exc:
             self.restart("Kafka receiver failed", exc)
 
-    def _store_batch(self, msgs: list[Message], raw_utf8: bool) -> None:
+    def _store_batch(self, msgs: list[Message], raw_utf8: bool) -> dict[tuple[str, int], int]:
+        """Store one poll batch; return each of its partitions' offset after its last
+        record. A batch of plain UTF-8 records with no error that fits in one block
+        is stored whole (:meth:`_store_whole`), any other in parts (:meth:`_store_parts`).
+        """
+        if raw_utf8:
+            ends = self._store_whole(msgs)
+            if ends is not None:
+                return ends
+        return self._store_parts(msgs, raw_utf8)
+
+    def _store_whole(self, msgs: list[Message]) -> dict[tuple[str, int], int] | None:
+        """The batch as one block, or None (nothing stored) when a record has an
+        error other than a partition's EOF or is not UTF-8, or the batch is over
+        ``max_block_bytes``: its records are then stored by :meth:`_store_parts`.
+        Per record only librdkafka's accessors and the encoding run; the ranges come
+        from two dicts built in C (a partition's records are in offset order within
+        a batch)."""
+        if any(m.error() is not None for m in msgs):
+            # Partition-EOF events (enable.partition.eof) hold no record: left out.
+            # Any other error is reported by the per-record path.
+            if any(e is not None and e.code() != KafkaError._PARTITION_EOF
+                   for e in (m.error() for m in msgs)):
+                return None
+            msgs = [m for m in msgs if m.error() is None]
+            if not msgs:
+                return {}
+        try:
+            records = [encode_utf8_pair(m.key(), m.value()) for m in msgs]
+        except UnicodeDecodeError:
+            return None
+        if encoded_bytes(records) > self.supervisor.generator.config.max_block_bytes:
+            return None
+        keys = [(m.topic(), m.partition()) for m in msgs]
+        offsets = [m.offset() for m in msgs]
+        first = dict(zip(reversed(keys), reversed(offsets), strict=True))
+        ends = {k: o + 1 for k, o in zip(keys, offsets, strict=True)}
+        source = tuple(SourceRange(t, p, first[(t, p)], ends[(t, p)])
+                       for t, p in sorted(ends))
+        self.supervisor.push_many_encoded(records, source)
+        self._next_offsets.update(ends)
+        return ends
+
+    def _store_parts(self, msgs: list[Message], raw_utf8: bool) -> dict[tuple[str, int], int]:
         """Store one poll batch in parts of at most ``max_block_bytes`` each.
 
         Each part goes to the block generator whole with the source ranges of
@@ -193,9 +235,9 @@ class KafkaReceiver(Receiver):
         starts where its range in the previous part ended: the parts' ranges are
         contiguous and together span what the whole batch would have.
         """
-        supervisor = self.supervisor
-        cap = supervisor.generator.config.max_block_bytes
+        cap = self.supervisor.generator.config.max_block_bytes
         part = _Part()
+        ends: dict[tuple[str, int], int] = {}
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -208,22 +250,20 @@ class KafkaReceiver(Receiver):
             size = 0 if record is None else item_bytes(record)
             if part.records and part.size + size > cap:
                 self._push_part(part)
+                ends.update((k, hi) for k, (_, hi) in part.ranges.items())
                 part = part.next()
             # A skipped record still counts as handled: its position is in the
             # part's ranges, acknowledged with the part's block.
             part.add((topic, partition), offset, record, size)
         if part.ranges:
             self._push_part(part)
+            ends.update((k, hi) for k, (_, hi) in part.ranges.items())
+        return ends
 
-    def _note_ends(self, consumer: Consumer, msgs: list[Message]) -> None:
+    def _note_ends(self, consumer: Consumer, last: dict[tuple[str, int], int]) -> None:
         """Each partition of a poll batch: its end as librdkafka last fetched it (the
-        cached high watermark; no request), at least the offset after its last record."""
-        last: dict[tuple[str, int], int] = {}
-        for msg in msgs:
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-            if msg.error() is None and topic is not None and partition is not None \
-                    and offset is not None:
-                last[(topic, partition)] = max(last.get((topic, partition), -1), offset + 1)
+        cached high watermark; no request), at least ``last``: the offset after its
+        last record."""
         ends = {}
         for (topic, partition), after in last.items():
             try:

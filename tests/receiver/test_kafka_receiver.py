@@ -256,6 +256,37 @@ def test_records_flow_and_offsets_follow_the_driver(
     assert reporter.violations == []
 
 
+def test_clean_poll_batches_are_stored_whole_with_exact_contiguous_ranges(
+    cluster: FakeCluster, run: Callable[..., Any], reporter: FakeReporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No error, all UTF-8, under max_block_bytes: never the per-record path.
+    cluster.logs["src"][1][3] = (None, b"no key")
+
+    def parts(*args: Any) -> Any:
+        raise AssertionError("a clean poll batch went through _store_parts")
+
+    monkeypatch.setattr(KafkaReceiver, "_store_parts", parts)
+    receiver = KafkaReceiver("fake:9092", "grp", {"src": 1})
+    sup, _ = run(receiver)
+    wait_until(lambda: all_committed(cluster), what="every offset committed")
+    sup.stop("done", None)
+
+    assert sup.error is None and receiver.undecodable == 0
+    items = sorted(reporter.reported_items(), key=repr)
+    expected = [(None if k is None else k.decode(), v.decode())
+                for parts_ in cluster.logs["src"].values() for k, v in parts_]
+    assert items == sorted(expected, key=repr)
+    ranges = ranges_of(reporter.blocks)
+    no_overlap(ranges)
+    for p, n in ((0, 30), (1, 20)):  # together the ranges cover each partition exactly
+        mine = sorted(r for r in ranges if r.partition == p)
+        assert mine[0].from_offset == 0 and mine[-1].until_offset == n
+        assert all(a.until_offset == b.from_offset for a, b in itertools.pairwise(mine))
+    assert receiver.source_ends()[("src", 0)] >= 30
+    assert cluster.violations == [] and reporter.violations == []
+
+
 def test_start_offsets_win_over_committed_which_win_over_reset(cluster: FakeCluster) -> None:
     cluster.logs["src"][2] = []
     cluster.committed = {("src", 0): 12, ("src", 1): 5}
