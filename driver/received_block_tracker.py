@@ -69,7 +69,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from driver.errors import TrackerFencedError, TrackerWriteError
@@ -93,6 +93,11 @@ from walstream.killpoints import kill_point
 from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
 
 log = logging.getLogger(__name__)
+
+#: Picks an allocation's blocks from the queues (stream id -> its blocks, oldest
+#: first); what it returns that is not queued is ignored.
+ChooseBlocks = Callable[[Mapping[int, Sequence[ReceivedBlockInfo]]],
+                        Mapping[int, Sequence[ReceivedBlockInfo]]]
 
 #: How often a replay logs its progress (and once more at its end).
 REPLAY_LOG_INTERVAL_S = 5.0
@@ -451,8 +456,10 @@ class ReceivedBlockTracker:
         kill_point("tracker.after_add_block_before_answer")
         return True
 
-    def allocate_blocks_to_batch(self, batch_time_ms: int) -> None:
-        """Give every unallocated block to ``batch_time_ms`` (logged first).
+    def allocate_blocks_to_batch(self, batch_time_ms: int,
+                                 choose: ChooseBlocks | None = None) -> None:
+        """Give every unallocated block to ``batch_time_ms`` (logged first); with
+        ``choose``, the blocks it picks from the queues (each stream's, in order).
 
         A time at or before the last allocated one does nothing. Raises
         :class:`TrackerWriteError` when the event could not be logged; the
@@ -469,6 +476,13 @@ class ReceivedBlockTracker:
             blocks = tuple(
                 (s, tuple(q.values())) for s, q in sorted(self._unallocated.items())
             )
+            if choose is not None:
+                # The event names the chosen blocks, so a replay takes exactly them
+                # and leaves the rest queued, as here.
+                picked = choose(dict(blocks))
+                blocks = tuple((s, tuple(b for b in picked.get(s, ())
+                                         if b.block_id in self._unallocated[s]))
+                               for s, _ in blocks)
             event = self._log(BatchAllocation(batch_time_ms, blocks, self._epoch))
             if event is None:
                 raise TrackerWriteError(
@@ -511,8 +525,11 @@ class ReceivedBlockTracker:
     def last_allocated_batch_time_ms(self) -> int | None:
         return self._last_allocated
 
-    def cleanup_old_batches(self, thresh_time_ms: int, wait_for_completion: bool) -> None:
-        """Forget batches older than the threshold (logged first), then clean the WAL.
+    def cleanup_old_batches(self, thresh_time_ms: int, wait_for_completion: bool,
+                            clean_wal_below_ms: int | None = None) -> None:
+        """Forget batches older than the threshold (logged first), then clean the WAL
+        below it, or below ``clean_wal_below_ms`` when that is lower (a caller whose
+        queued blocks' additions may be older than the batches it forgets).
 
         Raises :class:`TrackerFencedError`, logging and cleaning nothing, when the
         tracker is fenced."""
@@ -524,7 +541,9 @@ class ReceivedBlockTracker:
                 raise TrackerWriteError(f"could not log the cleanup of batches {times}")
             self._apply_own(event)
         if self._wal is not None:
-            self._wal.clean(thresh_time_ms, wait_for_completion)
+            below = thresh_time_ms if clean_wal_below_ms is None else min(
+                thresh_time_ms, clean_wal_below_ms)
+            self._wal.clean(below, wait_for_completion)
 
     def state(self) -> TrackerState:
         with self._lock:

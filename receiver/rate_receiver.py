@@ -48,6 +48,10 @@ class RateGeneratorReceiver(Receiver):
         state["_thread"] = None
         return state
 
+    def record(self, i: int) -> str:
+        """Record ``i`` of this receiver's sequence: the same in every process."""
+        return generated_line(self.seed, i, self.words_per_line)
+
     def onStart(self) -> None:
         start = 0
         for r in self.supervisor.start_positions:
@@ -68,8 +72,7 @@ class RateGeneratorReceiver(Receiver):
         t0, sent = time.monotonic(), 0
         try:
             while not stopped.is_set() and (self.total is None or i < self.total):
-                self.store(generated_line(self.seed, i, self.words_per_line),
-                           (self.source_name, 0, i))
+                self.store(self.record(i), (self.source_name, 0, i))
                 i += 1
                 sent += 1
                 if self.rate > 0:

@@ -4,7 +4,8 @@ executor side loads no driver code.
 The order, lowest first (a module imports only from its own unit or a lower layer;
 two units on one layer import nothing of each other)::
 
-    5  walstream entry: walstream/__init__ (lazy names), cli, packaging, testing/
+    6  walstream entry: walstream/__init__ (lazy names), cli, packaging, testing/
+    5  structured (the Structured Streaming source: engines over the driver's trackers)
     4  driver
     3  receiver
     2  walstream.rpc
@@ -56,19 +57,19 @@ ENTRY = frozenset({"walstream/__init__.py", "walstream/cli.py", "walstream/packa
 def _unit_of_file(rel: str) -> tuple[str, int]:
     """The layer unit a file of the repository belongs to, and its rank."""
     if rel in ENTRY or rel.startswith("walstream/testing/"):
-        return "walstream entry", 5
+        return "walstream entry", 6
     if rel.startswith("walstream/rpc/"):
         return "walstream.rpc", 2
     top = rel.split("/")[0]
     return {"walstream": ("walstream core", 0), "wal": ("wal", 1),
             "checkpoint": ("checkpoint", 1), "receiver": ("receiver", 3),
-            "driver": ("driver", 4)}[top]
+            "driver": ("driver", 4), "structured": ("structured", 5)}[top]
 
 
 def _unit_of_module(name: str) -> tuple[str, int] | None:
     """The layer unit of an imported module name; None when it is not ours."""
     parts = name.split(".")
-    if parts[0] not in {"walstream", "wal", "checkpoint", "receiver", "driver"}:
+    if parts[0] not in {"walstream", "wal", "checkpoint", "receiver", "driver", "structured"}:
         return None
     path = ROOT.joinpath(*parts)
     rel = (f"{'/'.join(parts)}/__init__.py" if path.is_dir() else f"{'/'.join(parts)}.py")
@@ -93,7 +94,7 @@ def _imports_with_names(path: Path) -> list[tuple[int, str]]:
 
 def test_imports_between_packages_flow_one_way() -> None:
     bad, edges = [], set()
-    for top in ("walstream", "wal", "checkpoint", "receiver", "driver"):
+    for top in ("walstream", "wal", "checkpoint", "receiver", "driver", "structured"):
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             unit, rank = _unit_of_file(rel)
@@ -131,6 +132,13 @@ def test_an_executor_running_a_receiver_or_reading_a_block_loads_no_driver_packa
     _run("import sys\n"
          "import receiver, receiver.task, receiver.driver_client, receiver.supervisor\n"
          "import wal, wal.kafka_log, wal.reader, walstream.rpc.messages\n"
+         "loaded = [m for m in sys.modules if m == 'driver' or m.startswith('driver.')]\n"
+         "assert not loaded, loaded")
+
+
+def test_a_task_reading_a_walstream_source_loads_no_driver_package() -> None:
+    _run("import sys\n"
+         "import structured.datasource, structured.rows\n"
          "loaded = [m for m in sys.modules if m == 'driver' or m.startswith('driver.')]\n"
          "assert not loaded, loaded")
 

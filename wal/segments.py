@@ -62,3 +62,14 @@ def parse_topics(
 
 def aligned_start(time_ms: int, interval_ms: int) -> int:
     return time_ms - time_ms % interval_ms
+
+
+_ANY_SEGMENT_RE = re.compile(rf"--(\d{{{_DIGITS}}})-(\d{{{_DIGITS}}})$")
+
+
+def segment_start_of(topic: str) -> int | None:
+    """The start (ms) of the segment topic ``topic`` of any log; None when ``topic``
+    is not a segment topic. Every record in it has a time at or after the start, so
+    a clean below the start never removes it."""
+    m = _ANY_SEGMENT_RE.search(topic)
+    return int(m.group(1)) if m else None

@@ -15,6 +15,7 @@ The top-level packages follow Spark's streaming roles:
 * ``receiver``   -- Receiver, BlockGenerator, ReceiverSupervisor (executor side)
 * ``driver``     -- trackers, job generation, the PySpark batch jobs
 * ``checkpoint`` -- checkpoints and getOrCreate recovery
+* ``structured`` -- receivers as a Structured Streaming source (``walstream.register``)
 * ``walstream``  -- this entry point and what the others share: the root error,
   versioned Avro codec, the embedded broker manager and the ``walstream`` command line.
 """
@@ -36,6 +37,8 @@ _EXPORTS = {
     "KafkaSink": "driver.kafka_sink",
     "read_exactly_once": "driver.kafka_sink",
     "Receiver": "receiver.receiver",
+    # ``walstream.register(spark)``: the ``readStream.format("walstream")`` source.
+    "register": "structured.registry",
 }
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "StreamingListener",
     "__version__",
     "read_exactly_once",
+    "register",
 ]
 
 if TYPE_CHECKING:
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
     from driver.listener import StreamingListener
     from driver.streaming_context import StreamingContext
     from receiver.receiver import Receiver
+    from structured.registry import register
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

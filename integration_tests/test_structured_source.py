@@ -1,0 +1,117 @@
+"""A Structured Streaming query over ``format("walstream")``, killed with SIGKILL
+(its driver twice, a receiver's worker once) and restarted with the same
+``checkpointLocation``: the file sink's committed files hold every item exactly
+once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from walstream import procs
+from walstream.testing import wait_until
+from walstream.testing.file_sink import committed_lines
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+ROOT = Path(__file__).resolve().parents[1]
+WAIT_S = 300.0  # a restart on a loaded 2-core machine: Spark, the replay, a batch
+POLL_S = 0.5
+
+
+class App:
+    """The structured app in its own process group, restartable."""
+
+    def __init__(self, tmp: Path, bootstrap: str, name: str, total: int) -> None:
+        self.ckpt, self.sink, self.log = tmp / "ckpt", tmp / "sink", tmp / "app.log"
+        self.arm_file = tmp / "kill-point"
+        self.bootstrap, self.name, self.total = bootstrap, name, total
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=self.bootstrap,
+                   SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+                   PYTHONPATH=str(ROOT), WALSTREAM_KILL_POINT_FILE=str(self.arm_file))
+        env.pop("WALSTREAM_KILL_POINT", None)
+        env.pop("PYSPARK_SUBMIT_ARGS", None)
+        self.starts += 1
+        with open(self.log, "ab") as log:
+            log.write(f"\n=== start {self.starts} ===\n".encode())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "walstream.testing.structured_app", str(self.ckpt),
+                 str(self.sink), "--name", self.name, "--total", str(self.total),
+                 "--rate", "400", "--max-records-per-trigger", "700"],
+                env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            assert procs.kill_group(self.proc.pid), "the app's processes survived SIGKILL"
+            self.proc.poll()
+
+    def arm(self, point: str) -> None:
+        self.arm_file.write_text(point)
+
+    def rows(self) -> int:
+        return len(committed_lines(self.sink))
+
+    def tail(self) -> Callable[[], str]:
+        return lambda: self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+
+    def wait_rows(self, n: int, what: str) -> None:
+        wait_until(lambda: self.rows() >= n, WAIT_S, what, poll_s=POLL_S, details=self.tail(),
+                   abort=self._died)
+
+    def _died(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"the app exited with {self.proc.returncode}"
+        return None
+
+
+def test_sigkills_of_driver_and_receiver_leave_the_file_sink_exactly_once(
+    bootstrap: str, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    total = 6000
+    app = App(tmp_path, bootstrap, unique_name("ss"), total)
+    app.start()
+    try:
+        app.wait_rows(700, "the first micro-batches")
+        # A receiver's worker dies between storing a block and reporting it: the
+        # relaunched receiver resumes after what the driver acknowledged.
+        app.arm("receiver.after_store_before_report:2")
+        wait_until(lambda: not app.arm_file.exists(), WAIT_S, "the receiver kill point",
+                   poll_s=POLL_S, details=app.tail())
+        app.wait_rows(2000, "rows after the receiver's relaunch")
+        # The driver dies right after logging an allocation, before Spark has the
+        # offset that names it: the restarted query must be given the same blocks.
+        app.arm("tracker.after_allocation_logged:1")
+        wait_until(lambda: app.proc is not None and app.proc.poll() is not None, WAIT_S,
+                   "the driver to die at tracker.after_allocation_logged", poll_s=POLL_S,
+                   details=app.tail())
+        app.kill()  # the rest of its group: the JVM and the Python workers
+        before = app.rows()
+        app.start()
+        app.wait_rows(before + 700, "rows after the first driver restart")
+        app.kill()  # SIGKILL mid-run, wherever it is
+        app.start()
+        app.wait_rows(total, "every item in the sink")
+    finally:
+        app.kill()
+    counts = Counter(_value(line) for line in committed_lines(app.sink))
+    expected = Counter(f"item-{i}" for i in range(total))
+    lost = sorted(expected - counts)
+    doubled = sorted(counts - expected)
+    assert (len(lost), len(doubled)) == (0, 0), \
+        f"lost {len(lost)} (e.g. {lost[:5]}), doubled {len(doubled)} (e.g. {doubled[:5]})"
+    assert app.starts == 3
+
+
+def _value(line: str) -> str:
+    import json
+
+    return str(json.loads(line)["value"])

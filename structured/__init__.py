@@ -1,0 +1,29 @@
+"""Receivers as a Structured Streaming source: ``spark.readStream.format("walstream")``.
+
+::
+
+    import walstream
+    walstream.register(spark)
+    df = (spark.readStream.format("walstream")
+          .option("name", "clicks")
+          .option("receiver", "myapp.receivers:ClickReceiver")
+          .load())
+
+Receivers store each block in a Kafka log before they report it, and every
+offset a query is given names an allocation logged before it was returned, so a
+restarted query with the same ``checkpointLocation`` and source ``name`` reads the
+same blocks in each micro-batch (:mod:`structured.source_engine`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``walstream`` format with ``spark`` (see :mod:`structured.registry`)."""
+    from structured.registry import register as _register
+
+    _register(spark)

@@ -1,0 +1,154 @@
+"""``walstream.register(spark)``: the ``walstream`` format, and the service that runs
+its sources' engines in this driver process (one per source ``name``).
+
+The handlers below are the service's operations. Each reader call carries the
+source's options, so the first call of a query (``initial`` for a new query,
+``latest`` or ``partitions`` for a restarted one) starts that source's engine:
+replay, endpoint, receivers (:mod:`structured.source_engine`). ``stop`` (the
+query stopped) stops it; so does the end of this process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from typing import Any
+
+from structured import offsets
+from structured.datasource import data_source_class
+from structured.errors import ServiceError, SourceOptionError
+from structured.service import SourceService, options_of
+from structured.source_engine import SourceEngine
+
+log = logging.getLogger(__name__)
+
+#: How long stopping a source's receivers may take (s).
+STOP_TIMEOUT_S = 60.0
+
+
+class SourceRegistry:
+    """The engines of one driver process, by source name, behind one service."""
+
+    def __init__(self, sc: Any) -> None:
+        self.sc = sc
+        self._lock = threading.Lock()
+        self._engines: dict[str, SourceEngine] = {}
+        # Engines being stopped: a new one for the same name (a restarted query)
+        # waits for it, so two engines never share one source's logs.
+        self._stopping: dict[str, threading.Event] = {}
+        self.service = SourceService({
+            "initial": self._initial, "latest": self._latest,
+            "partitions": self._partitions, "commit": self._commit, "stop": self._stop,
+        }, on_session_end=self._end_session)
+
+    def engine(self, body: dict[str, Any]) -> SourceEngine:
+        options = options_of(body)
+        with self._lock:
+            stopping = self._stopping.get(options.name)
+        if stopping is not None and not stopping.wait(STOP_TIMEOUT_S + 10):
+            raise ServiceError(f"source {options.name!r}: the engine of an earlier query "
+                               "is still stopping")
+        with self._lock:
+            engine = self._engines.get(options.name)
+            if engine is not None:
+                if engine.options.identity() != options.identity():
+                    raise SourceOptionError(
+                        f"source name {options.name!r} is already read in this driver with "
+                        "other receivers or logs: give each source its own name")
+                return engine
+            # Under the lock: two readers of one name never start two engines.
+            engine = self._engines[options.name] = SourceEngine.start(self.sc, options)
+            return engine
+
+    def _initial(self, body: dict[str, Any]) -> dict[str, int]:
+        self.engine(body)  # the receivers start with the query
+        return offsets.make_offset(offsets.BEFORE_FIRST)
+
+    def _latest(self, body: dict[str, Any]) -> dict[str, int]:
+        engine = self.engine(body)
+        start = offsets.batch_of(body.get("start"))
+        end = engine.latest(start, body.get("max_blocks"), body.get("max_records"))
+        return offsets.make_offset(end)
+
+    def _partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        engine = self.engine(body)
+        blocks = engine.blocks(offsets.batch_of(body.get("start")),
+                               offsets.batch_of(body.get("end")))
+        limit = engine.options.max_partitions
+        if limit is None:
+            from driver.block_rdd import auto_max_partitions
+
+            limit = auto_max_partitions(self.sc, len(engine.receivers))
+        bootstrap, settings = engine.read_settings
+        return {
+            "partitions": [[[b.stream_id, b.block_id, b.handle.to_dict()] for b in run]
+                           for run in offsets.plan_partitions(blocks, limit)],
+            "bootstrap_servers": bootstrap,
+            "kafka_settings": settings,
+        }
+
+    def _commit(self, body: dict[str, Any]) -> None:
+        self.engine(body).commit(offsets.batch_of(body.get("end")))
+
+    def _stop(self, body: dict[str, Any]) -> None:
+        self._stop_engine(options_of(body).name)
+
+    def _end_session(self, name: str) -> None:
+        """The reader process of source ``name`` ended: its query stopped (or died),
+        so its receivers stop too."""
+        log.info("walstream source %r: its query's reader process ended", name)
+        self._stop_engine(name)
+
+    def _stop_engine(self, name: str) -> None:
+        with self._lock:
+            engine = self._engines.pop(name, None)
+            if engine is None:
+                return
+            done = self._stopping[name] = threading.Event()
+        try:
+            engine.stop(STOP_TIMEOUT_S)
+        finally:
+            with self._lock:
+                self._stopping.pop(name, None)
+            done.set()
+
+    def close(self) -> None:
+        """Stop every engine, then the service."""
+        with self._lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            try:
+                engine.stop()
+            except Exception:
+                log.exception("stopping the walstream source %r failed", engine.options.name)
+        self.service.close()
+
+
+_lock = threading.Lock()
+_registry: SourceRegistry | None = None
+
+
+def register(spark: Any) -> None:
+    """Register ``format("walstream")`` with ``spark`` and start this process's source
+    service (once; later calls register again with the same service)."""
+    global _registry
+    with _lock:
+        if _registry is None or _registry.sc is not spark.sparkContext:
+            if _registry is not None:
+                _registry.close()
+            _registry = SourceRegistry(spark.sparkContext)
+        registry = _registry
+    spark.dataSource.register(data_source_class(registry.service.info_file))
+
+
+def unregister() -> None:
+    """Stop every source engine of this process and its service (also at exit)."""
+    global _registry
+    with _lock:
+        registry, _registry = _registry, None
+    if registry is not None:
+        registry.close()
+
+
+atexit.register(unregister)
