@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, TopicPartition
 
@@ -215,8 +215,9 @@ class KafkaReceiver(Receiver):
             return None
         if encoded_bytes(records) > self.supervisor.generator.config.max_block_bytes:
             return None
-        keys = [(m.topic(), m.partition()) for m in msgs]
-        offsets = [m.offset() for m in msgs]
+        # A record (no error) always has its topic, partition and offset.
+        keys = cast(list[tuple[str, int]], [(m.topic(), m.partition()) for m in msgs])
+        offsets = cast(list[int], [m.offset() for m in msgs])
         first = dict(zip(reversed(keys), reversed(offsets), strict=True))
         ends = {k: o + 1 for k, o in zip(keys, offsets, strict=True)}
         source = tuple(SourceRange(t, p, first[(t, p)], ends[(t, p)])
