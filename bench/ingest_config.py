@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 MB = 1_000_000  # throughput unit: 10^6 bytes of record payload (key + value)
 RECORD_SIZES = (100, 10_000)  # value bytes; keys are None
 RATIO_TARGET = 0.7
+#: One receiver against the bare consumer's read of the same source, at this record
+#: size: the target is at least this fraction (median of per-iteration ratios).
+CEILING_TARGET = 0.8
+CEILING_TARGET_SIZE = 100
 CLEAN_ALL_MS = 2**42  # later than any record time: clean() deletes every segment
 WAL_TOPIC_PREFIX = "walstream.wal."  # KafkaWalConfig.topic_prefix (default)
 POLL_S = 0.005  # how often the bench polls the driver's positions

@@ -53,7 +53,7 @@ PARTS: list[tuple[str, str, str | None]] = [
     ("RESULTS-failover.md", "Failover to a hot standby, 10^2-10^4 blocks (ten receivers)",
      "first batch <= 2 s after the leader's SIGKILL"),
     ("RESULTS-ingest.md", "Ingest: Kafka source -> receiver WAL -> reported",
-     ">= 0.7x raw produce"),
+     ">= 0.7x raw produce; 1 receiver at 100 B >= 0.8x of the bare consumer's read"),
     ("RESULTS-soak.md", "Soak: RSS over 30 minutes at half the sustained rate",
      "growth < 10%"),
     ("RESULTS-addblock.md", "AddBlock through the driver's gRPC endpoint, 8/32/128 reporters",

@@ -49,3 +49,15 @@ def test_rates_ratios_and_verdicts_per_record_size() -> None:
 
 def test_no_profile_section_without_a_profiled_pass() -> None:
     assert "Where the time goes" not in _render(_results())
+
+
+def test_one_receiver_against_the_read_ceiling_has_a_verdict_in_three_decimals() -> None:
+    res = _results()
+    # The bare consumer read the source in 1.58 s and 1.00 s: per-iteration ratios
+    # 1.58/2.0 = 0.79 and 1.00/1.25 = 0.80 -> median 0.795, just under 0.8.
+    for s in (1.58, 1.0):
+        res.add(100, "consume", s)
+    text = _render(res)
+    assert "- 100 B: 1 receiver = 0.80 [0.79, 0.80] of the read ceiling" in text
+    assert ("- 100 B, 1 receiver against the read ceiling: 0.795x (target 0.8x) -> "
+            "**missed**") in text
