@@ -67,7 +67,6 @@ import weakref
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from driver.errors import DriverError
@@ -177,8 +176,16 @@ class KafkaSink:
         self.timeout_s = timeout_s
         self.producer_config = dict(producer_config or {})
 
-    def __call__(self, time: datetime, rdd: Any) -> None:
-        batch_ms = round(time.timestamp() * 1000)
+    def __call__(self, time: Any, rdd: Any) -> None:  # (datetime, RDD) or (DataFrame, int)
+        """``foreachRDD``'s ``(time, rdd)``, or Structured Streaming's ``foreachBatch``
+        ``(batch_df, batch_id)``: the micro-batch id then stands where the batch time
+        does. A re-run micro-batch has the same id and, from a replayable source,
+        the same rows in the same partitions, so :func:`read_exactly_once` keeps
+        one committed attempt of each partition."""
+        if isinstance(rdd, int) and not isinstance(rdd, bool):
+            batch_ms, rdd = rdd, time.rdd  # foreachBatch(df, batch_id)
+        else:
+            batch_ms = round(time.timestamp() * 1000)
         # Read on the driver, once per batch: every task of the batch carries the
         # epoch the driver led in when it started the batch's output.
         writer = functools.partial(self.write_partition,

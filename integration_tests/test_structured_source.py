@@ -27,10 +27,12 @@ POLL_S = 0.5
 class App:
     """The structured app in its own process group, restartable."""
 
-    def __init__(self, tmp: Path, bootstrap: str, name: str, total: int) -> None:
+    def __init__(self, tmp: Path, bootstrap: str, name: str, total: int,
+                 extra: tuple[str, ...] = ()) -> None:
         self.ckpt, self.sink, self.log = tmp / "ckpt", tmp / "sink", tmp / "app.log"
         self.arm_file = tmp / "kill-point"
         self.bootstrap, self.name, self.total = bootstrap, name, total
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -46,7 +48,7 @@ class App:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "walstream.testing.structured_app", str(self.ckpt),
                  str(self.sink), "--name", self.name, "--total", str(self.total),
-                 "--rate", "400", "--max-records-per-trigger", "700"],
+                 "--rate", "400", "--max-records-per-trigger", "700", *self.extra],
                 env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
 
     def kill(self) -> None:
@@ -60,11 +62,22 @@ class App:
     def rows(self) -> int:
         return len(committed_lines(self.sink))
 
+    def sink_values(self) -> list[str]:
+        """The KafkaSink topic's records, each micro-batch's attempt read once."""
+        from driver.kafka_sink import read_exactly_once
+
+        topic = self.extra[self.extra.index("--kafka-sink") + 1]
+        return [(v or b"").decode() for _, _, v in
+                read_exactly_once(self.bootstrap, topic, kafka_conf={})]
+
     def tail(self) -> Callable[[], str]:
         return lambda: self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
 
     def wait_rows(self, n: int, what: str) -> None:
-        wait_until(lambda: self.rows() >= n, WAIT_S, what, poll_s=POLL_S, details=self.tail(),
+        count = (lambda: len(self.sink_values())) if "--kafka-sink" in self.extra \
+            else self.rows
+        wait_until(lambda: count() >= n, WAIT_S, what, poll_s=POLL_S * 4 if
+                   "--kafka-sink" in self.extra else POLL_S, details=self.tail(),
                    abort=self._died)
 
     def _died(self) -> str | None:
@@ -115,3 +128,49 @@ def _value(line: str) -> str:
     import json
 
     return str(json.loads(line)["value"])
+
+
+def test_a_kafka_source_into_kafka_sink_by_foreach_batch_is_exactly_once_across_sigkills(
+    bootstrap: str, tmp_path: Path, unique_name: Callable[[str], str],
+    topic_factory: Callable[..., str],
+) -> None:
+    from confluent_kafka import Producer
+
+    total = 4000
+    source, sink = topic_factory("src", partitions=2), topic_factory("sink")
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+
+    def produce(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            producer.produce(source, f"rec-{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+
+    app = App(tmp_path, bootstrap, unique_name("ks"), total,
+              ("--kafka-source", source, "--kafka-sink", sink))
+    produce(0, 1500)
+    app.start()
+    try:
+        app.wait_rows(700, "the first micro-batches in the sink")
+        app.arm("receiver.after_store_before_report:2")
+        wait_until(lambda: not app.arm_file.exists(), WAIT_S, "the receiver kill point",
+                   poll_s=POLL_S, details=app.tail())
+        produce(1500, 2500)
+        app.wait_rows(1600, "records after the receiver's relaunch")
+        app.kill()  # the driver, mid-run
+        produce(2500, total)
+        # The restarted driver dies right after logging its second allocation.
+        app.arm("tracker.after_allocation_logged:2")
+        app.start()
+        wait_until(lambda: app.proc is not None and app.proc.poll() is not None, WAIT_S,
+                   "the driver to die at tracker.after_allocation_logged", poll_s=POLL_S,
+                   details=app.tail())
+        app.kill()
+        app.start()
+        app.wait_rows(total, "every record in the sink")
+    finally:
+        app.kill()
+    counts = Counter(app.sink_values())
+    expected = Counter(f"rec-{i}" for i in range(total))
+    lost, doubled = sorted(expected - counts), sorted(counts - expected)
+    assert (len(lost), len(doubled)) == (0, 0), \
+        f"lost {len(lost)} (e.g. {lost[:5]}), doubled {len(doubled)} (e.g. {doubled[:5]})"
