@@ -174,3 +174,18 @@ def test_kafka_examples(script: str, bootstrap: str, topic_factory: Callable[...
                    poll_s=POLL_S, abort=app.exited, details=app.tail)
     finally:
         app.kill()
+
+
+def test_structured_receiver_wordcount_is_exact(bootstrap: str, tmp_path: Path,
+                                                unique_name: Callable[[str], str]) -> None:
+    app = App("structured_receiver_wordcount.py",
+              ["--total", "3000", "--rate", "3000", "--name", unique_name("wc"),
+               "--checkpoint", str(tmp_path / "ckpt"), "--timeout", "240"],
+              _env(bootstrap, tmp_path), tmp_path)
+    try:
+        wait_until(lambda: app.proc.poll() is not None, 300, "the example to finish",
+                   poll_s=POLL_S, details=app.tail)
+        assert app.proc.returncode == 0, app.tail()
+        assert "exact: every word counted once" in app.lines, app.tail()
+    finally:
+        app.kill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -151,15 +152,21 @@ def test_a_kafka_source_into_kafka_sink_by_foreach_batch_is_exactly_once_across_
     app.start()
     try:
         app.wait_rows(700, "the first micro-batches in the sink")
+        # The receiver's worker dies at its second block stored after this: new
+        # records, a second apart, so that there are two blocks.
         app.arm("receiver.after_store_before_report:2")
+        produce(1500, 2000)
+        time.sleep(1.0)
+        produce(2000, 2500)
         wait_until(lambda: not app.arm_file.exists(), WAIT_S, "the receiver kill point",
                    poll_s=POLL_S, details=app.tail())
-        produce(1500, 2500)
         app.wait_rows(1600, "records after the receiver's relaunch")
         app.kill()  # the driver, mid-run
         produce(2500, total)
-        # The restarted driver dies right after logging its second allocation.
-        app.arm("tracker.after_allocation_logged:2")
+        # The restarted driver dies right after logging its first allocation (of the
+        # records produced while it was down; the micro-batch it re-runs first was
+        # allocated before the kill and logs nothing new).
+        app.arm("tracker.after_allocation_logged:1")
         app.start()
         wait_until(lambda: app.proc is not None and app.proc.poll() is not None, WAIT_S,
                    "the driver to die at tracker.after_allocation_logged", poll_s=POLL_S,
