@@ -66,6 +66,7 @@ bench: setup
 		--backlogs 100 1000 10000 --receivers 10 --restart-timeout 150 \
 		--impls spark ours ours-ha --out bench/results/RESULTS-failover.md
 	$(BIN)/python -m bench.soak_bench --size full
+	$(BIN)/python -m bench.structured_bench --size full
 	$(BIN)/python -m bench.report
 
 # Every benchmark once at its small size (~20 min), into build/bench-smoke/: shows
@@ -82,6 +83,8 @@ bench-smoke: setup
 	$(BIN)/python -m bench.recovery_bench --size small --backlogs 100 --runs 1 \
 		--out $(SMOKE_OUT)/RESULTS-recovery.md
 	$(BIN)/python -m bench.soak_bench --size small --runs 1 --out $(SMOKE_OUT)/RESULTS-soak.md
+	$(BIN)/python -m bench.structured_bench --size small --runs 1 \
+		--out $(SMOKE_OUT)/RESULTS-structured.md
 	@ls $(SMOKE_OUT)/*.md && echo "bench-smoke: every benchmark ran; results in $(SMOKE_OUT)/"
 
 # The long chaos soak (the bounded version runs in `make test`), then the high

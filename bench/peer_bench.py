@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,9 +150,13 @@ def settle(server: LineServer, app: App, rate: float, run: AppRun) -> None:
             return
 
 
-def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any]) -> AppRun:
-    server = LineServer(int(cfg["words_per_line"]))
-    app = App(impl, server.port, bootstrap, workdir)
+def ladder(impl: str, bootstrap: str, workdir: Path, cfg: dict[str, Any],
+           make_app: Callable[[LineServer], Any] | None = None) -> AppRun:
+    """The rate ladder of one app (``make_app(server)``, default ``bench/peer_app.py``:
+    any app with ``batches()``, ``stop()`` and :class:`App`'s process fields)."""
+    server = LineServer(int(cfg.get("words_per_line", WORDS_PER_LINE)))
+    app = (make_app(server) if make_app is not None
+           else App(impl, server.port, bootstrap, workdir))
     run = AppRun(impl)
     try:
         wait_connected(server, app, 120)

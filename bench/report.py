@@ -56,6 +56,8 @@ PARTS: list[tuple[str, str, str | None]] = [
      ">= 0.7x raw produce; 1 receiver at 100 B >= 0.8x of the bare consumer's read"),
     ("RESULTS-soak.md", "Soak: RSS over 30 minutes at half the sustained rate",
      "growth < 10%"),
+    ("RESULTS-structured.md", "Structured Streaming: word count through walstream's "
+     "source vs Spark's socket source", None),
     ("RESULTS-addblock.md", "AddBlock through the driver's gRPC endpoint, 8/32/128 reporters",
      None),
     ("RESULTS-wal.md", "WAL write throughput vs raw produce", None),

@@ -101,3 +101,19 @@ def test_a_commit_cleans_what_it_covered_and_keeps_what_later_batches_read() -> 
     # Committing the same end again changes nothing.
     engine.commit(first)
     assert engine.tracker.allocated_batch_times() == [second]
+
+
+def test_the_sources_kafka_and_receiver_options_reach_the_engine_config() -> None:
+    from structured.source_engine import engine_conf
+
+    options = SourceOptions.parse({
+        "name": "clicks", "source": "rate", "kafka.bootstrap.servers": "b:9092",
+        "kafka.security.protocol": "SSL", "maxRatePerReceiver": "250",
+        "blockInterval": "50"})
+    conf = engine_conf({"spark.walstream.kafka.security.protocol": "PLAINTEXT",
+                        "spark.app.name": "x"}, options)
+    config = EngineConfig.from_spark_conf(conf, app_id="clicks", batch_interval_ms=1000,
+                                          bootstrap_servers="b:9092")
+    assert config.max_rate == 250.0  # every receiver's rate limit
+    assert config.block_interval_ms == 50
+    assert config.wal_options["client_config"]["security.protocol"] == "SSL"  # option wins
