@@ -12,13 +12,14 @@ def test_render_gives_rates_recovery_losses_and_the_ratio() -> None:
         "spark": Result("spark", [30_000.0],
                         [Recovery(1.5, float("nan"), 40_000, 33_000,
                                   "Offsets committed out of order: 33239 followed by -1")]),
-        "ours": Result("ours", [45_000.0], [Recovery(2.0, 9.5, 96_000, 95_800)]),
+        "ours": Result("ours", [45_000.0], [Recovery(2.0, 9.5, 96_000, 95_800)], at_top=1),
     }
     text = render(results, {"CPU": "2 cores, Test CPU"}, SIZES["small"], "small", 600.0)
     assert "Sustained throughput (b)/(a): **1.50x**." in text
     assert "| (a) Spark `format(\"socket\")` | 1 | 30000 [30000, 30000] | n/a |" in text
     assert "| 9.5 [9.5, 9.5] |" in text  # ours: restart -> first batch with input
     assert "| 200 [200, 200] |" in text  # ours: lines lost
+    assert "1 of 1 run(s) sustained every step of the ladder" in text
     assert "- (a) Spark `format(\"socket\")`: `Offsets committed out of order: 33239 " \
            "followed by -1`" in text
 
