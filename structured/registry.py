@@ -37,10 +37,13 @@ class SourceRegistry:
         # Engines being stopped: a new one for the same name (a restarted query)
         # waits for it, so two engines never share one source's logs.
         self._stopping: dict[str, threading.Event] = {}
+        # Live reader sessions per source name: a stopped query's session may end
+        # after the next query's has begun, which must not stop that one's engine.
+        self._sessions: dict[str, int] = {}
         self.service = SourceService({
             "initial": self._initial, "latest": self._latest,
             "partitions": self._partitions, "commit": self._commit, "stop": self._stop,
-        }, on_session_end=self._end_session)
+        }, on_session=self._session)
 
     def engine(self, body: dict[str, Any]) -> SourceEngine:
         options = options_of(body)
@@ -94,11 +97,18 @@ class SourceRegistry:
     def _stop(self, body: dict[str, Any]) -> None:
         self._stop_engine(options_of(body).name)
 
-    def _end_session(self, name: str) -> None:
-        """The reader process of source ``name`` ended: its query stopped (or died),
-        so its receivers stop too."""
-        log.info("walstream source %r: its query's reader process ended", name)
-        self._stop_engine(name)
+    def _session(self, name: str, opened: bool) -> None:
+        """A reader process of source ``name`` opened or ended its session. When the
+        last one ends, its query stopped (or died), so the receivers stop too."""
+        with self._lock:
+            live = self._sessions.get(name, 0) + (1 if opened else -1)
+            if live > 0:
+                self._sessions[name] = live
+            else:
+                self._sessions.pop(name, None)
+        if not opened and live <= 0:
+            log.info("walstream source %r: its query's reader process ended", name)
+            self._stop_engine(name)
 
     def _stop_engine(self, name: str) -> None:
         with self._lock:

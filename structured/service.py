@@ -51,11 +51,12 @@ class SourceService:
     request's JSON body, answering JSON); :meth:`close` stops it."""
 
     def __init__(self, handlers: dict[str, Handler],
-                 on_session_end: Callable[[str], None] | None = None) -> None:
-        """``on_session_end(name)``: a reader process's session with source ``name``
-        ended (the process exited or was killed; see :class:`ServiceClient`)."""
+                 on_session: Callable[[str, bool], None] | None = None) -> None:
+        """``on_session(name, True)``: a reader process opened a session with source
+        ``name``; ``on_session(name, False)``: it ended (the process exited or was
+        killed; see :class:`ServiceClient`)."""
         self._handlers = dict(handlers)
-        self._on_session_end = on_session_end
+        self._on_session = on_session
         self.token = secrets.token_urlsafe(32)
         service = self
 
@@ -137,6 +138,8 @@ class SourceService:
                     log.warning("walstream source service: a session without its token")
                     return
                 name = str(hello["name"])
+                if self._on_session is not None:
+                    self._on_session(name, True)
                 conn.sendall(b"ok\n")
                 conn.settimeout(None)
                 while conn.recv(4096):
@@ -144,9 +147,9 @@ class SourceService:
             except (OSError, ValueError, KeyError) as exc:
                 if name is None:
                     log.warning("walstream source service: a bad session: %s", exc)
-        if name is not None and self._on_session_end is not None \
+        if name is not None and self._on_session is not None \
                 and not self._closing.is_set():
-            self._on_session_end(name)
+            self._on_session(name, False)
 
     def close(self) -> None:
         self._closing.set()

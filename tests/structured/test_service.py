@@ -1,0 +1,84 @@
+"""The source service: calls with the token answered, others refused; errors keep
+their type across the wire; a reader process's session ends when it dies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from structured.errors import OffsetError, ServiceError
+from structured.service import ServiceClient, SourceService
+from walstream.testing import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def service() -> Any:
+    events: list[tuple[str, bool]] = []
+
+    def latest(body: dict[str, Any]) -> Any:
+        if body.get("start") == "bad":
+            raise OffsetError("not an offset of ours")
+        return {"echo": body["options"]["name"], "start": body.get("start")}
+
+    svc = SourceService({"latest": latest}, on_session=lambda n, o: events.append((n, o)))
+    svc.events = events  # type: ignore[attr-defined]
+    yield svc
+    svc.close()
+
+
+def test_a_call_is_answered_and_its_error_keeps_its_type(service: Any) -> None:
+    client = ServiceClient(service.info_file, "src", {"name": "src"})
+    try:
+        assert client.call("latest", start=3) == {"echo": "src", "start": 3}
+        with pytest.raises(OffsetError, match="not an offset of ours"):
+            client.call("latest", start="bad")
+        with pytest.raises(ServiceError, match="unknown operation"):
+            client.call("nope")
+    finally:
+        client.close()
+
+
+def test_the_address_file_is_private_and_a_call_without_the_token_is_refused(
+    service: Any
+) -> None:
+    assert Path(service.info_file).stat().st_mode & 0o777 == 0o600
+    address = json.loads(Path(service.info_file).read_text())["address"]
+    req = urllib.request.Request(f"http://{address}/v1/latest", data=b"{}", method="POST",
+                                 headers={"Authorization": "Bearer guessed"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=10)
+    assert info.value.code == 400
+    assert "without its token" in json.loads(info.value.read())["message"]
+
+
+def test_no_service_file_says_to_register(tmp_path: Path) -> None:
+    with pytest.raises(ServiceError, match=r"walstream.register\(spark\)"):
+        ServiceClient(str(tmp_path / "absent.json"), "src", {})
+
+
+def test_a_session_ends_when_its_process_is_killed(service: Any) -> None:
+    code = ("import sys, time\n"
+            "from structured.service import ServiceClient\n"
+            f"c = ServiceClient({service.info_file!r}, 'src', {{}})\n"
+            "print('open', flush=True)\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "open"
+        wait_until(lambda: service.events == [("src", True)], 10, "the session to open")
+        proc.kill()  # SIGKILL: no close, no stop call
+        wait_until(lambda: service.events == [("src", True), ("src", False)], 10,
+                   "the session to end with the process")
+    finally:
+        proc.kill()
+        proc.wait(10)
