@@ -39,9 +39,9 @@ class BlockPartition(InputPartition):
 
 def _limits(options: SourceOptions, limit: ReadLimit | None
             ) -> tuple[int | None, int | None]:
-    """``(max blocks, max records)`` for one micro-batch. Spark passes
-    ``ReadAllAvailable`` when the trigger must read everything (``availableNow``,
-    ``once``): the options' limits are then ignored, as Spark requires."""
+    """``(max blocks, max records)`` for one micro-batch. When Spark passes
+    ``ReadAllAvailable`` (a trigger that must read everything) the options' limits
+    are ignored, as Spark requires."""
     if isinstance(limit, ReadAllAvailable):
         return None, None
     max_blocks, max_records = options.max_blocks_per_trigger, options.max_records_per_trigger
