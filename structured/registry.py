@@ -18,6 +18,7 @@ from typing import Any
 from structured import offsets
 from structured.datasource import data_source_class
 from structured.errors import ServiceError, SourceOptionError
+from structured.query_floors import QueryFloors
 from structured.service import SourceService, options_of
 from structured.source_engine import SourceEngine
 
@@ -37,9 +38,10 @@ class SourceRegistry:
         # Engines being stopped: a new one for the same name (a restarted query)
         # waits for it, so two engines never share one source's logs.
         self._stopping: dict[str, threading.Event] = {}
-        # Live reader sessions per source name: a stopped query's session may end
-        # after the next query's has begun, which must not stop that one's engine.
-        self._sessions: dict[str, int] = {}
+        # Live reader sessions (queries) per source name, with the floor below which
+        # each lets the logs be cleaned. A stopped query's session may end after
+        # the next query's began, which must not stop that one's engine.
+        self._floors = QueryFloors()
         self.service = SourceService({
             "initial": self._initial, "latest": self._latest,
             "partitions": self._partitions, "commit": self._commit, "stop": self._stop,
@@ -71,13 +73,15 @@ class SourceRegistry:
     def _latest(self, body: dict[str, Any]) -> dict[str, int]:
         engine = self.engine(body)
         start = offsets.batch_of(body.get("start"))
+        self._floors.started_at(engine.options.name, str(body.get("session")), start)
         end = engine.latest(start, body.get("max_blocks"), body.get("max_records"))
         return offsets.make_offset(end)
 
     def _partitions(self, body: dict[str, Any]) -> dict[str, Any]:
         engine = self.engine(body)
-        blocks = engine.blocks(offsets.batch_of(body.get("start")),
-                               offsets.batch_of(body.get("end")))
+        start = offsets.batch_of(body.get("start"))
+        self._floors.started_at(engine.options.name, str(body.get("session")), start)
+        blocks = engine.blocks(start, offsets.batch_of(body.get("end")))
         limit = engine.options.max_partitions
         if limit is None:
             from driver.block_rdd import auto_max_partitions
@@ -92,21 +96,24 @@ class SourceRegistry:
         }
 
     def _commit(self, body: dict[str, Any]) -> None:
-        self.engine(body).commit(offsets.batch_of(body.get("end")))
+        engine = self.engine(body)
+        end = offsets.batch_of(body.get("end"))
+        # Cleaned only up to what every live query of this source has committed.
+        engine.commit(self._floors.committed(engine.options.name, str(body.get("session")),
+                                             end))
 
     def _stop(self, body: dict[str, Any]) -> None:
-        self._stop_engine(options_of(body).name)
+        name = options_of(body).name
+        if self._floors.ended(name, str(body.get("session"))) == 0:
+            self._stop_engine(name)
 
-    def _session(self, name: str, opened: bool) -> None:
+    def _session(self, name: str, session: str, opened: bool) -> None:
         """A reader process of source ``name`` opened or ended its session. When the
         last one ends, its query stopped (or died), so the receivers stop too."""
-        with self._lock:
-            live = self._sessions.get(name, 0) + (1 if opened else -1)
-            if live > 0:
-                self._sessions[name] = live
-            else:
-                self._sessions.pop(name, None)
-        if not opened and live <= 0:
+        if opened:
+            self._floors.opened(name, session)
+            return
+        if self._floors.ended(name, session) == 0:
             log.info("walstream source %r: its query's reader process ended", name)
             self._stop_engine(name)
 

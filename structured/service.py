@@ -51,10 +51,10 @@ class SourceService:
     request's JSON body, answering JSON); :meth:`close` stops it."""
 
     def __init__(self, handlers: dict[str, Handler],
-                 on_session: Callable[[str, bool], None] | None = None) -> None:
-        """``on_session(name, True)``: a reader process opened a session with source
-        ``name``; ``on_session(name, False)``: it ended (the process exited or was
-        killed; see :class:`ServiceClient`)."""
+                 on_session: Callable[[str, str, bool], None] | None = None) -> None:
+        """``on_session(name, session, True)``: a reader process opened session
+        ``session`` with source ``name``; ``on_session(name, session, False)``: it
+        ended (the process exited or was killed; see :class:`ServiceClient`)."""
         self._handlers = dict(handlers)
         self._on_session = on_session
         self.token = secrets.token_urlsafe(32)
@@ -124,10 +124,10 @@ class SourceService:
                              name="walstream-source-session", daemon=True).start()
 
     def _hold_session(self, conn: socket.socket) -> None:
-        """A reader process's session: one line ``{"token", "name"}``, then nothing
+        """A reader process's session: one line ``{"token", "name", "session"}``, then nothing
         until the connection closes, which the kernel does when that process ends,
         however it ends."""
-        name = None
+        name, session = None, ""
         with conn:
             try:
                 conn.settimeout(10.0)
@@ -137,9 +137,9 @@ class SourceService:
                                            self.token.encode()):
                     log.warning("walstream source service: a session without its token")
                     return
-                name = str(hello["name"])
+                name, session = str(hello["name"]), str(hello["session"])
                 if self._on_session is not None:
-                    self._on_session(name, True)
+                    self._on_session(name, session, True)
                 conn.sendall(b"ok\n")
                 conn.settimeout(None)
                 while conn.recv(4096):
@@ -149,7 +149,7 @@ class SourceService:
                     log.warning("walstream source service: a bad session: %s", exc)
         if name is not None and self._on_session is not None \
                 and not self._closing.is_set():
-            self._on_session(name, False)
+            self._on_session(name, session, False)
 
     def close(self) -> None:
         self._closing.set()
@@ -175,6 +175,9 @@ class ServiceClient:
         self._url = f"http://{info['address']}/v1/"
         self._token = str(info["token"])
         self._options = dict(options)
+        #: This reader's session id, sent with every call: the service tells the
+        #: queries reading one source apart by it.
+        self.session_id = secrets.token_hex(8)
         self._session = self._open_session(str(info["sessions"]), name)
 
     def _open_session(self, address: str, name: str) -> socket.socket:
@@ -185,7 +188,8 @@ class ServiceClient:
         host, _, port = address.rpartition(":")
         try:
             sock = socket.create_connection((host, int(port)), timeout=30.0)
-            sock.sendall(json.dumps({"token": self._token, "name": name}).encode() + b"\n")
+            sock.sendall(json.dumps({"token": self._token, "name": name,
+                                     "session": self.session_id}).encode() + b"\n")
             if sock.makefile("rb").readline(16) != b"ok\n":
                 raise OSError("the service refused the session")
         except OSError as exc:
@@ -197,7 +201,8 @@ class ServiceClient:
         self._session.close()
 
     def call(self, op: str, **fields: Any) -> Any:
-        data = json.dumps({"options": self._options, **fields}).encode()
+        data = json.dumps({"options": self._options, "session": self.session_id,
+                           **fields}).encode()
         req = urllib.request.Request(self._url + op, data=data, method="POST", headers={
             "Authorization": f"Bearer {self._token}", "Content-Type": "application/json"})
         try:

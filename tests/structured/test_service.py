@@ -29,7 +29,8 @@ def service() -> Any:
             raise OffsetError("not an offset of ours")
         return {"echo": body["options"]["name"], "start": body.get("start")}
 
-    svc = SourceService({"latest": latest}, on_session=lambda n, o: events.append((n, o)))
+    svc = SourceService({"latest": latest},
+                        on_session=lambda n, _session, o: events.append((n, o)))
     svc.events = events  # type: ignore[attr-defined]
     yield svc
     svc.close()
