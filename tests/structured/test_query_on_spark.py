@@ -107,3 +107,61 @@ def test_the_kafka_source_gives_keyed_string_rows(
 def test_a_bad_option_fails_with_its_name(spark: Any) -> None:
     with pytest.raises(Exception, match="option 'name' is required"):
         spark.readStream.format("walstream").option("source", "rate").load()
+
+
+def test_the_socket_source_gives_every_line(
+    spark: Any, unique_name: Callable[[str], str]
+) -> None:
+    import socket
+    import threading
+
+    lines = [f"line {i}" for i in range(500)]
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall("".join(f"{x}\n" for x in lines).encode())
+            time.sleep(60)  # keep the connection: a closed one is a receiver error
+
+    threading.Thread(target=serve, daemon=True).start()
+    name = unique_name("sock")
+    df = (spark.readStream.format("walstream").option("name", name)
+          .option("source", "socket").option("host", "127.0.0.1")
+          .option("port", str(server.getsockname()[1])).option("decode", "utf-8").load())
+    query = df.writeStream.format("memory").queryName(name.replace("-", "_")).start()
+    try:
+        wait_until(lambda: len(rows_of(spark, query.name)) >= len(lines), 120,
+                   "every line", poll_s=0.5)
+    finally:
+        query.stop()
+        server.close()
+    assert sorted(r.value for r in rows_of(spark, query.name)) == sorted(lines)
+    wait_until(no_engines, 60, "the source's engine to stop", poll_s=0.2)
+
+
+def test_two_queries_on_one_source_each_get_every_item(
+    spark: Any, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("two")
+
+    def start(table: str) -> Any:
+        df = (spark.readStream.format("walstream").option("name", name)
+              .option("receiver", "walstream.testing.sequence_receiver:SequenceReceiver")
+              .option("receiver.args", json.dumps({"total": 400, "rate": 800}))
+              .option("decode", "utf-8").option("maxBlocksPerTrigger", "3").load())
+        return df.writeStream.format("memory").queryName(table).start()
+
+    a, b = start(f"{name}_a".replace("-", "_")), start(f"{name}_b".replace("-", "_"))
+    try:
+        for q in (a, b):
+            wait_until(lambda q=q: len(rows_of(spark, q.name)) >= 400, 120,
+                       f"400 rows in {q.name}", poll_s=0.5)
+        time.sleep(2)  # triggers more: nothing twice
+    finally:
+        a.stop()
+        b.stop()
+    for q in (a, b):
+        assert sorted(r.value for r in rows_of(spark, q.name)) == sorted(
+            f"item-{i}" for i in range(400)), q.name
+    wait_until(no_engines, 60, "the source's engine to stop", poll_s=0.2)
