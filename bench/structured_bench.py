@@ -188,7 +188,7 @@ def _stat(values: list[float]) -> str:
 
 
 def render(results: dict[str, Result], facts: dict[str, str], cfg: dict[str, Any],
-           size: str, elapsed_s: float) -> str:
+           size: str, elapsed_s: float, runs: int | None = None) -> str:
     rows = []
     for impl in IMPLS:
         r = results[impl]
@@ -203,7 +203,8 @@ def render(results: dict[str, Result], facts: dict[str, str], cfg: dict[str, Any
              if a and b and statistics.median(a) > 0 else "n/a")
     lines = [
         "# Structured Streaming: word count through walstream's source vs Spark's socket source",
-        "", f"Command: `python -m bench.structured_bench --size {size}`", "",
+        "", f"Command: `python -m bench.structured_bench --size {size}"
+        f"{f' --runs {runs}' if runs else ''}`", "",
         md_facts(facts), "",
         f"Size `{size}`: ladder x{cfg['step']:.2f} per step from {cfg['first_rate']} lines/s, "
         f"{cfg['phase_s']:.0f} s per step; recovery at {cfg['recovery_rate']} lines/s, "
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     write_results(args.out, render(results, facts, cfg, args.size,
-                                   time.monotonic() - started))
+                                   time.monotonic() - started, args.runs))
     return 0
 
 
