@@ -66,6 +66,8 @@ VERDICT = re.compile(r"\*\*(met|missed)\*\*")
 #: Files that also hold another benchmark's target lines: only the lines with this
 #: text are theirs (the failover file repeats the cold restarts' ratio lines).
 OWN_LINES = {"RESULTS-failover.md": "failover first batch"}
+#: Files with no target whose figure lines (lines with this text) the summary shows.
+FIGURE_LINES = {"RESULTS-structured.md": "Sustained throughput (b)/(a)"}
 
 
 def verdicts(text: str) -> list[tuple[str, str]]:
@@ -330,7 +332,11 @@ def render() -> str:
         found = [(what, verdict) for what, verdict in verdicts(path.read_text())
                  if OWN_LINES.get(name, "") in what]
         if target is None or not found:
+            shown = [line.strip("-* ").replace("**", "")
+                     for line in path.read_text().splitlines()
+                     if name in FIGURE_LINES and FIGURE_LINES[name] in line]
             rows.append([link, target or "none (reference figures)",
+                         "<br>".join(shown) if shown else
                          "see the file" if target is None else "(no target line)",
                          "-", measured_on(path)])
             continue
