@@ -1,5 +1,6 @@
 """A Structured Streaming query over ``format("walstream")``, killed with SIGKILL
-(its driver twice, a receiver's worker once) and restarted with the same
+(its driver twice, once right after a commit cleaned the logs; a receiver's worker
+once) and restarted with the same
 ``checkpointLocation``: the file sink's committed files hold every item exactly
 once."""
 
@@ -49,7 +50,8 @@ class App:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "walstream.testing.structured_app", str(self.ckpt),
                  str(self.sink), "--name", self.name, "--total", str(self.total),
-                 "--rate", "400", "--max-records-per-trigger", "700", *self.extra],
+                 "--rate", "400", "--max-records-per-trigger", "700",
+                 "--clean-margin-ms", "2000", *self.extra],
                 env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
 
     def kill(self) -> None:
@@ -111,7 +113,13 @@ def test_sigkills_of_driver_and_receiver_leave_the_file_sink_exactly_once(
         before = app.rows()
         app.start()
         app.wait_rows(before + 700, "rows after the first driver restart")
-        app.kill()  # SIGKILL mid-run, wherever it is
+        # The driver dies right after a commit cleaned the logs: the restarted query
+        # must still find every block its uncommitted micro-batches read.
+        app.arm("structured.after_commit_clean:2")
+        wait_until(lambda: app.proc is not None and app.proc.poll() is not None, WAIT_S,
+                   "the driver to die at structured.after_commit_clean", poll_s=POLL_S,
+                   details=app.tail())
+        app.kill()
         app.start()
         app.wait_rows(total, "every item in the sink")
     finally:

@@ -41,6 +41,7 @@ from structured.errors import OffsetError
 from structured.options import SourceOptions
 from structured.receivers import build_receivers
 from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,7 @@ class SourceEngine:
                 self._endpoint.cleanup_old_blocks(thresh)
             self._committed = max(self._committed, end)
             self._cleaned_below = max(self._cleaned_below, thresh)
+        kill_point("structured.after_commit_clean")  # logs cleaned, next batch not begun
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop the receivers (each flushes its last blocks, stored and reported),

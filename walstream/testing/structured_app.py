@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--total", type=int, default=5000)
     ap.add_argument("--rate", type=float, default=500)
     ap.add_argument("--max-records-per-trigger", type=int, default=0)
+    ap.add_argument("--clean-margin-ms", type=int, default=0,
+                    help="the source's cleanMarginMs (0: its default)")
     ap.add_argument("--kafka-source", default="", help="read this topic (source kafka)")
     ap.add_argument("--kafka-sink", default="", help="foreachBatch into KafkaSink here")
     args = ap.parse_args()
@@ -58,6 +60,8 @@ def main() -> None:
                   .option("receiver.args", json.dumps({"total": args.total,
                                                        "rate": args.rate})))
     reader = reader.option("decode", "utf-8")
+    if args.clean_margin_ms:
+        reader = reader.option("cleanMarginMs", str(args.clean_margin_ms))
     if args.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
     writer = reader.load().writeStream.option("checkpointLocation", args.checkpoint)
