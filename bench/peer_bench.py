@@ -365,13 +365,16 @@ def render(results: list[Result], floor_runs: Result, facts: dict[str, str],
             "(a)": "pyspark.streaming (Spark 4.3), "
                    "`spark.streaming.receiver.writeAheadLog.enable=true`, "
                    "StorageLevel.MEMORY_AND_DISK (serialized, 1 replica, as Spark advises "
-                   "with the WAL)",
+                   "with the WAL); Python workers over loopback TCP (Spark's default)",
             "(b)": "`driver.StreamingContext`; blocks in the Kafka WAL (acks=all, idempotent) "
-                   "before AddBlock; tracker events in the driver's Kafka WAL",
+                   "before AddBlock; tracker events in the driver's Kafka WAL; Python "
+                   "workers over Unix domain sockets (walstream's default: "
+                   "`spark.python.unix.domain.socket.enabled`, unless the app sets it)",
             "(c)": "the floor: the same word count as a plain PySpark batch job "
                    "(`bench/peer_floor.py`) over the same lines already in the driver's "
                    f"memory, {max(1000, FLOOR_WORDS // words)} lines per job, "
-                   "`sc.parallelize(lines, 6)`, same Spark settings, warm (2 unmeasured "
+                   "`sc.parallelize(lines, 6)`, same Spark settings, Python workers over "
+                   "Unix domain sockets as (b), warm (2 unmeasured "
                    "jobs), in the same run as (a) and (b); what the machine can count "
                    "with nothing received, logged or scheduled per batch",
             "(d)": "(b) with `spark.walstream.metrics.enabled=false` (only with "

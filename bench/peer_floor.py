@@ -6,7 +6,8 @@ Run by ``bench.peer_bench`` as a subprocess (its own JVM, like each app)::
     python -m bench.peer_floor --words-per-line 12 --lines 400000 --repeats 5 --out F.json
 
 The job is the streaming apps' per-batch work with the receiving, the logs and the
-scheduling of batches taken away: ``sc.parallelize(lines, 6)`` of lines held by the
+scheduling of batches taken away (and, as walstream's own contexts, with Python
+workers over Unix domain sockets): ``sc.parallelize(lines, 6)`` of lines held by the
 driver, then ``flatMap(split)`` -> ``map((w, 1))`` -> ``reduceByKey`` (3 partitions,
 ``spark.default.parallelism``), then the apps' output operation (``isEmpty`` and the
 sum of the counts). It runs ``--warmups`` times unmeasured (JVM, Python workers and
@@ -47,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     conf = (SparkConf().setMaster(args.master).setAppName("peer-bench-floor")
             .set("spark.ui.enabled", "false")
             .set("spark.ui.showConsoleProgress", "false")
-            .set("spark.default.parallelism", "3"))
+            .set("spark.default.parallelism", "3")
+            # As walstream's contexts (driver/python_sockets.py): the floor is the
+            # machine's best, so it does not pay a wait walstream does not pay.
+            .set("spark.python.unix.domain.socket.enabled", "true"))
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     try:

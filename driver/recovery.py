@@ -46,6 +46,7 @@ from checkpoint.errors import CheckpointError, IncompatibleGraphError
 from checkpoint.files import read_latest
 from driver.graph import DStreamGraph
 from driver.graph_pickle import loads_graph
+from driver.python_sockets import unix_sockets_default
 from walstream import worker_daemon
 from walstream.jvm_archive import use_archive
 from walstream.kafka_settings import is_secret, without_secrets
@@ -163,6 +164,8 @@ def recovered_conf(saved: dict[str, str], new: dict[str, str]) -> dict[str, str]
     # their modules (walstream/worker_daemon.py): they all start at once on the way
     # to the first batch. An application's own choice stands.
     out.setdefault(worker_daemon.CONF_KEY, worker_daemon.MODULE)
+    # Python tasks without a delayed-ACK wait (driver/python_sockets.py says why).
+    unix_sockets_default(out)
     return out
 
 

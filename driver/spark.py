@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from driver.endpoint_conf import LOOPBACK, is_local_master
+from driver.python_sockets import unix_sockets_default
 from walstream import worker_daemon
 from walstream.jvm_archive import use_archive
 
@@ -54,6 +55,8 @@ def spark_settings(app_name: str, master: str,
     # (walstream/worker_daemon.py says why); an application's own choice stands.
     out[worker_daemon.CONF_KEY] = worker_daemon.MODULE
     out.update(conf or {})
+    # Python tasks without a delayed-ACK wait (driver/python_sockets.py says why).
+    unix_sockets_default(out)
     return out
 
 

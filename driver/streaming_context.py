@@ -40,6 +40,7 @@ from driver.graph import DStreamGraph
 from driver.graph_pickle import dumps_graph, pickle_graph
 from driver.ha_context import HighAvailabilityMixin
 from driver.listener import StreamingListener
+from driver.python_sockets import prefer_unix_sockets
 from driver.recovery import (
     POLICY_KEY,
     ContextView,
@@ -101,6 +102,9 @@ class StreamingContext(HighAvailabilityMixin):
             raise ConfigError("batchDuration (seconds) is required")
         self._sc = sparkContext
         self._batch_ms = to_ms(batchDuration, "batchDuration")
+        # Before the first batch's Python tasks: each of them would otherwise wait
+        # on a delayed ACK (driver/python_sockets.py).
+        prefer_unix_sockets(sparkContext)
         self._graph = DStreamGraph(self._batch_ms)
         self._checkpoint_dir: str | None = None
         self._state = StreamingContextState.INITIALIZED

@@ -15,6 +15,7 @@ import logging
 import threading
 from typing import Any
 
+from driver.python_sockets import prefer_unix_sockets
 from structured import offsets
 from structured.datasource import data_source_class
 from structured.errors import ServiceError, SourceOptionError
@@ -150,6 +151,8 @@ def register(spark: Any) -> None:
     """Register ``format("walstream")`` with ``spark`` and start this process's source
     service (once; later calls register again with the same service)."""
     global _registry
+    # Before the source's first Python tasks (driver/python_sockets.py says why).
+    prefer_unix_sockets(spark.sparkContext)
     with _lock:
         if _registry is None or _registry.sc is not spark.sparkContext:
             if _registry is not None:
