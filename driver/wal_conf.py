@@ -14,6 +14,7 @@ from typing import Any
 from walstream.kafka_settings import settings_from_conf
 
 TOPIC_PREFIX_KEY = "spark.walstream.wal.topicPrefix"
+COMPRESSION_KEY = "spark.walstream.wal.compression"
 
 
 def wal_options_from_conf(conf: dict[str, str]) -> dict[str, Any]:
@@ -26,6 +27,9 @@ def wal_options_from_conf(conf: dict[str, str]) -> dict[str, Any]:
     prefix = conf.get(TOPIC_PREFIX_KEY)
     if prefix:
         options["topic_prefix"] = prefix
+    compression = conf.get(COMPRESSION_KEY, "").strip().lower()
+    if compression:
+        options["compression"] = compression  # KafkaWalConfig names a bad one
     settings = settings_from_conf(conf)
     if settings:
         options["client_config"] = settings

@@ -66,6 +66,26 @@ def test_read_all_in_write_order_and_after_reopen(wal_factory: WalFactory) -> No
     assert list(reopened.read_all()) == [*data, b"after"]
 
 
+def test_a_log_reads_the_same_whatever_codec_wrote_each_record(
+        wal_factory: WalFactory) -> None:
+    """Readers take any codec: a log written uncompressed, then by a restart with
+    another codec, reads back whole and in order, by handle and from the start."""
+    first = wal_factory(compression="none")
+    name = first.name
+    data = [(f"line {i} " * 200).encode() for i in range(40)]
+    handles = [first.write(d, 1_000 + i) for i, d in enumerate(data[:20])]
+    first.close()
+    for codec, part in (("lz4", data[20:30]), ("zstd", data[30:])):
+        log = wal_factory(name=name, compression=codec)
+        handles += [log.write(d, 1_000 + len(handles)) for d in part]
+        log.close()
+    reader = wal_factory(name=name)
+    assert reader.config.compression == "lz4"  # the default
+    assert list(reader.read_all()) == data
+    assert [reader.read(handles[i]) for i in (0, 19, 20, 29, 30, 39)] == \
+        [data[i] for i in (0, 19, 20, 29, 30, 39)]
+
+
 def test_records_larger_than_a_chunk_are_split_and_reassembled(wal_factory: WalFactory) -> None:
     log = wal_factory(chunk_bytes=64 * 1024, max_record_bytes=8 * 1024 * 1024)
     big = bytes(range(256)) * (3 * 1024 * 1024 // 256 + 7)  # ~3 MB, 49 chunks
