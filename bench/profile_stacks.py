@@ -91,7 +91,7 @@ RULES: tuple[Rule, ...] = (
     # The receiver task (a long-running task in one Python worker).
     Rule(RECEIVER, "receiver/socket_receiver.py"),
     Rule(READ, "receiver/items.py", r"_?decode\w*"),
-    Rule(READ, "receiver/block.py", r"decode|from_dict"),
+    Rule(READ, "receiver/block.py", r"decode|from_dict|block_items|_split_text"),
     Rule(BLOCKS, "receiver/items.py"),
     Rule(BLOCKS, "receiver/block.py"),
     Rule(BLOCKS, "receiver/block_generator.py"),

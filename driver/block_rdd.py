@@ -93,8 +93,7 @@ def _read_blocks(
     groups: Iterable[list[dict[str, Any]]],
 ) -> Iterator[Any]:
     # Imported here: this runs in a PySpark Python worker.
-    from receiver.block import Block
-    from receiver.items import decode_items
+    from receiver.block import block_items
     from wal.handle import RecordHandle
     from wal.reader import WalReader
     from walstream.worker_heap import freeze_once
@@ -104,7 +103,7 @@ def _read_blocks(
     try:
         handles = [RecordHandle.from_dict(h) for run in groups for h in run]
         for data, _ in reader.read_many(handles):
-            yield from decode_items(Block.decode(data).records)
+            yield from block_items(data)
     finally:
         reader.close()
 

@@ -4,15 +4,30 @@ Stored as a versioned Avro envelope (never pickle) holding the stream id, the
 block id, the records (bytes) and the source ranges they came from, so a PySpark
 task can decode a block with no user code and a Kafka receiver can resume from
 the exact source positions the driver acknowledged.
+
+Two versions, both written and both read:
+
+- v1 holds any items, as an array of their encodings (:mod:`receiver.items`).
+- v2 holds a block whose items are all ``str`` with no newline in them (what
+  text receivers store: lines): their UTF-8 joined by newlines, and their count.
+  A task gets the block's lines with one decode and one split, instead of
+  decoding an array and then each item (:func:`block_items`), and the receiver
+  lays it out with a few bulk byte operations. The count is checked against
+  the lines found, so a block that lost or gained a newline is corrupt, never
+  read as other lines.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from receiver.errors import CorruptItemError
+from receiver.items import decode_items
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import AVRO_LENGTHS, VersionedCodec, avro_long
+from walstream.errors import CorruptDataError
 from walstream.rpc.schemas import SOURCE_RANGE_SCHEMA
 
 BLOCK_SCHEMA_V1: dict[str, Any] = {
@@ -27,11 +42,52 @@ BLOCK_SCHEMA_V1: dict[str, Any] = {
     ],
 }
 
+BLOCK_SCHEMA_V2: dict[str, Any] = {
+    "type": "record",
+    "name": "Block",
+    "namespace": "walstream.receiver.v2",
+    "fields": [
+        {"name": "stream_id", "type": "int"},
+        {"name": "block_id", "type": "string"},
+        {"name": "count", "type": "long"},
+        {"name": "text", "type": "bytes"},
+        {"name": "source", "type": {"type": "array", "items": SOURCE_RANGE_SCHEMA}},
+    ],
+}
+
 #: The largest block decoded: a block is one WAL record, never above the WAL's
 #: default ``max_record_bytes`` (pass the writer's to ``Block.decode`` if raised).
 MAX_BLOCK_BYTES = DEFAULT_MAX_RECORD_BYTES
-BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1}, max_bytes=MAX_BLOCK_BYTES)
+BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1, 2: BLOCK_SCHEMA_V2},
+                             max_bytes=MAX_BLOCK_BYTES)
 _BLOCK_PREFIX_V1 = BLOCK_CODEC.magic + bytes((1,))
+_BLOCK_PREFIX_V2 = BLOCK_CODEC.magic + bytes((2,))
+_FIRST_BYTE = operator.itemgetter(0)
+_STR_ONLY = {b"s"[0]}
+
+
+def joined_text(records: list[bytes]) -> bytes | None:
+    """The v2 ``text`` of ``records`` (item encodings): the UTF-8 of their ``str``
+    items joined by newlines, or None unless there is at least one record and
+    every one is a ``str`` item (tag ``s``) with no newline in it.
+
+    A few bulk operations in C rather than a Python step per record: the set of
+    the records' first bytes is ``{s}`` only if every record is a ``str`` item,
+    and their bodies joined by newlines hold exactly ``n - 1`` newlines only if
+    no body holds one of its own. A newline byte never occurs inside a
+    multi-byte UTF-8 sequence, so the split on read gives back exactly these
+    items.
+    """
+    n = len(records)
+    if n == 0:
+        return None
+    try:
+        if set(map(_FIRST_BYTE, records)) != _STR_ONLY:
+            return None
+    except IndexError:  # an empty record: not an item
+        return None
+    text = b"\n".join([r[1:] for r in records])
+    return text if text.count(b"\n") == n - 1 else None
 
 
 def _avro_bytes_array(items: list[bytes]) -> list[bytes]:
@@ -82,7 +138,8 @@ class Block:
     source: tuple[SourceRange, ...] = field(default=())
 
     def encode(self) -> bytes:
-        """``BLOCK_CODEC.encode`` of the v1 record, laid out by hand.
+        """``BLOCK_CODEC.encode`` of the v2 record when :func:`joined_text` gives the
+        records' text, else of the v1 record; laid out by hand.
 
         Byte-identical to fastavro's encoding (tests/receiver/test_block.py checks
         it), but one join of the records instead of fastavro growing a buffer
@@ -90,8 +147,13 @@ class Block:
         (docs/decisions/hand-laid-avro-encoders.md). A record that
         is not bytes fails the join with ``TypeError``, as it failed fastavro.
         """
-        parts = [_BLOCK_PREFIX_V1, avro_long(self.stream_id), _avro_string(self.block_id)]
-        parts += _avro_bytes_array(self.records)
+        text = joined_text(self.records)
+        if text is None:
+            parts = [_BLOCK_PREFIX_V1, avro_long(self.stream_id), _avro_string(self.block_id)]
+            parts += _avro_bytes_array(self.records)
+        else:
+            parts = [_BLOCK_PREFIX_V2, avro_long(self.stream_id), _avro_string(self.block_id),
+                     avro_long(len(self.records)), avro_long(len(text)), text]
         if self.source:
             parts.append(avro_long(len(self.source)))
             for r in self.source:
@@ -105,10 +167,42 @@ class Block:
         """Decode a stored block; any other input raises ``CorruptDataError`` (or
         ``UnknownSchemaVersionError``), never another exception type. Input
         above ``max_bytes`` is refused before decoding."""
-        _, d = BLOCK_CODEC.decode(data, max_bytes)
+        version, d = BLOCK_CODEC.decode(data, max_bytes)
+        if version == 1:
+            records = list(d["records"])
+        else:
+            records = [b"s" + line for line in _split_text(d).split(b"\n")]
         return cls(
             d["stream_id"],
             d["block_id"],
-            list(d["records"]),
+            records,
             tuple(SourceRange.from_dict(s) for s in d["source"]),
         )
+
+
+def _split_text(d: dict[str, Any]) -> bytes:
+    """A decoded v2 record's text, once its newlines agree with its count."""
+    text: bytes = d["text"]
+    count = d["count"]
+    lines = text.count(b"\n") + 1
+    if lines != count:
+        raise CorruptDataError(f"block v2: {lines} lines in its text, but a count of {count}")
+    return text
+
+
+def block_items(data: bytes, max_bytes: int = MAX_BLOCK_BYTES) -> list[Any]:
+    """The items of a stored block, in order (what a batch's task reads).
+
+    A v2 block's lines come from one strict UTF-8 decode (``surrogatepass``, as
+    ``str`` items are stored) and one split; a v1 block's items from
+    :func:`~receiver.items.decode_items`. Raises what :meth:`Block.decode` and
+    ``decode_items`` raise for bytes that are not a block of valid items
+    (``CorruptDataError`` and its subclasses), never another exception type.
+    """
+    version, d = BLOCK_CODEC.decode(data, max_bytes)
+    if version == 1:
+        return decode_items(d["records"])
+    try:
+        return _split_text(d).decode("utf-8", "surrogatepass").split("\n")
+    except UnicodeDecodeError as exc:
+        raise CorruptItemError(f"block v2: its text is not valid UTF-8: {exc}") from exc

@@ -68,8 +68,7 @@ def read_rows(blocks: Iterable[tuple[int, str, Mapping[str, Any]]], bootstrap_se
               timeout_s: float = 60.0) -> Iterator[tuple[Any, ...]]:
     """The rows of ``blocks`` (``(stream_id, block_id, handle)`` each), read from the
     receivers' logs by handle in a Spark task, block after block, items in order."""
-    from receiver.block import Block
-    from receiver.items import decode_items
+    from receiver.block import block_items
     from wal.handle import RecordHandle
     from wal.reader import WalReader
     from walstream.worker_heap import freeze_once
@@ -83,7 +82,7 @@ def read_rows(blocks: Iterable[tuple[int, str, Mapping[str, Any]]], bootstrap_se
         for (sid, bid, _), (data, time_ms) in zip(todo, reader.read_many(handles),
                                                   strict=True):
             ts = datetime.fromtimestamp(time_ms / 1000, tz=UTC)
-            for item in decode_items(Block.decode(data).records):
+            for item in block_items(data):
                 yield row(item, sid, bid, ts)
     finally:
         reader.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.block import BLOCK_CODEC, Block, SourceRange
+from receiver.block import BLOCK_CODEC, Block, SourceRange, block_items
 from receiver.items import encode_item
 from tests.walstream.fuzz_checks import (
     FlippedBytes,
@@ -17,6 +17,8 @@ from walstream.errors import CorruptDataError
 
 VALID = Block(3, "input-3-x", [encode_item(x) for x in (b"a", "é", ("k", None))],
               (SourceRange("t", 0, 10, 13),)).encode()
+VALID_TEXT = Block(3, "input-3-t", [encode_item(x) for x in ("a", "é", "", "line")],
+                   (SourceRange("t", 0, 10, 14),)).encode()
 PREFIX = BLOCK_CODEC.magic + b"\x01"
 STREAM = avro_long(3)
 
@@ -24,8 +26,17 @@ STREAM = avro_long(3)
 class TestBlockDecoder(TruncationsRaise, FlippedBytes):
     decode = staticmethod(Block.decode)
     error = CorruptDataError
-    valid = {"block": VALID}
-    prefixes = (PREFIX,)
+    valid = {"block": VALID, "text block": VALID_TEXT}
+    prefixes = (PREFIX, BLOCK_CODEC.magic + b"\x02")
+
+
+class TestBlockItemsDecoder(TruncationsRaise, FlippedBytes):
+    """What a batch's task decodes a block with: the same contract."""
+
+    decode = staticmethod(block_items)
+    error = CorruptDataError
+    valid = {"block": VALID, "text block": VALID_TEXT}
+    prefixes = (PREFIX, BLOCK_CODEC.magic + b"\x02")
 
 
 def test_huge_declared_lengths_raise_without_allocating() -> None:
