@@ -56,8 +56,12 @@ def unix_sockets_default(conf: MutableMapping[str, str]) -> None:
 def prefer_unix_sockets(sc: Any) -> bool:
     """Set :data:`UDS_KEY` to ``true`` in ``sc``'s running conf unless the app chose,
     and say whether the key is ``true`` now (see the module's text for where it
-    takes effect)."""
-    jconf = sc._jsc.sc().conf()
+    takes effect). A context with no JVM behind it (a test double) has no conf to
+    set: False."""
+    jsc = getattr(sc, "_jsc", None)
+    if jsc is None:
+        return False
+    jconf = jsc.sc().conf()
     if hasattr(socket, "AF_UNIX") and not _app_chose(bool(jconf.contains(UDS_KEY))):
         jconf.set(UDS_KEY, "true")
     if jconf.contains(UDS_KEY):

@@ -107,3 +107,13 @@ def test_an_app_that_said_false_keeps_tcp() -> None:
     families = _worker_socket_families(f"{UDS_KEY}=false")
     assert "AF_UNIX" not in families
     assert "AF_INET" in families or "AF_INET6" in families
+
+
+def test_a_context_with_no_jvm_is_left_alone() -> None:
+    from driver.python_sockets import prefer_unix_sockets
+
+    class NoJvm:  # what test doubles of a SparkContext look like
+        _jsc = None
+
+    assert prefer_unix_sockets(NoJvm()) is False
+    assert prefer_unix_sockets(object()) is False
