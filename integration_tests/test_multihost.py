@@ -173,7 +173,7 @@ PROBE_APP = '''
 import json, os, socket, sys, time
 from pyspark import SparkConf, SparkContext
 
-repo, venv, driver_ip = sys.argv[1:4]
+repo, venv, driver_ip, out = sys.argv[1:5]
 
 
 def probe(i):
@@ -198,7 +198,11 @@ def probe(i):
 
 sc = SparkContext(conf=SparkConf().setAppName("walstream-multihost-probe"))
 rows = sc.parallelize(range(16), 16).map(probe).collect()
-print("MHPROBE " + json.dumps(rows), flush=True)
+# To a file, not stdout: spark-submit copies the Python driver's stdout into its own
+# in pieces, and a log line of the JVM's can land inside a long line.
+with open(out + ".tmp", "w") as f:
+    json.dump(rows, f)
+os.replace(out + ".tmp", out)
 sc.stop()
 '''
 
@@ -231,7 +235,7 @@ def test_a_job_from_the_driver_host_runs_on_both_workers_with_shipped_python(
     repo = repository_root()
     started = time.monotonic()
     proc = cluster.spark_submit(
-        app, [str(repo), sys.prefix, cluster.ip("driver")],
+        app, [str(repo), sys.prefix, cluster.ip("driver"), str(tmp_path / "probe.json")],
         archives=[f"{archive}#environment"],
         conf={"spark.pyspark.python": "./environment/bin/python"})
     try:
@@ -242,8 +246,7 @@ def test_a_job_from_the_driver_host_runs_on_both_workers_with_shipped_python(
     log(f"spark-submit finished in {time.monotonic() - started:.1f}s")
     output = cluster.lab.log_path(proc).read_text(errors="replace")
     assert proc.returncode == 0, "\n".join(output.splitlines()[-60:])
-    line = next(x for x in output.splitlines() if x.startswith("MHPROBE "))
-    rows = json.loads(line.removeprefix("MHPROBE "))
+    rows = json.loads((tmp_path / "probe.json").read_text())
     assert len(rows) == 16
     worker_ips = {cluster.ip(w): w for w in cluster.worker_names}
     assert {r["ip"] for r in rows} == set(worker_ips), rows
