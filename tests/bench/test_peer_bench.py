@@ -41,3 +41,21 @@ def test_ten_kilobyte_lines_report_megabytes_per_second() -> None:
     assert "(b) sustained / floor (c): **0.90x** (target >= 0.8x): **met**" in text
     floor_row = next(line for line in text.splitlines() if line.startswith("| (c)"))
     assert "| 10.0 [10.0, 10.0] |" in floor_row  # 1000 lines/s of 10 KB lines
+
+
+def test_a_ladder_sustained_to_its_top_is_reported_as_a_lower_bound() -> None:
+    from bench.peer_apps import Phase
+    from bench.peer_bench import ladder_topped
+
+    cfg = dict(SIZES["small"], words_per_line=12)
+    run = AppRun("ours")
+    run.phases = [Phase(1000.0) for _ in range(int(cfg["steps"]) - 1)]
+    assert not ladder_topped(run, cfg)  # steps left: it stopped at a failed step
+    floor = Result("floor", rates=[1000.0, 1000.0], counted_ok=[True, True])
+    ours = _result("ours", [900.0, 800.0], [1000.0, 1000.0])
+    ours.topped = [True, False]
+    text = render([ours], floor, {"CPU": "test"}, cfg, "small", 1.0, None)
+    assert ("sustained the ladder's top step in 1 of 2 runs: there its sustained rate, "
+            "and its fraction of the floor, are lower bounds") in text
+    ours.topped = [False, False]
+    assert "top step" not in render([ours], floor, {"CPU": "test"}, cfg, "small", 1.0, None)
