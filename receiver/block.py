@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from receiver.errors import CorruptItemError
-from receiver.items import decode_items
+from receiver.items import STR_TAG, decode_items
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import AVRO_LENGTHS, VersionedCodec, avro_long
 from walstream.errors import CorruptDataError
@@ -63,7 +63,7 @@ BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1, 2: BLOCK_SCH
 _BLOCK_PREFIX_V1 = BLOCK_CODEC.magic + bytes((1,))
 _BLOCK_PREFIX_V2 = BLOCK_CODEC.magic + bytes((2,))
 _FIRST_BYTE = operator.itemgetter(0)
-_STR_ONLY = {b"s"[0]}
+_STR_ONLY = {STR_TAG[0]}
 
 
 def joined_text(records: list[bytes]) -> bytes | None:
@@ -171,7 +171,7 @@ class Block:
         if version == 1:
             records = list(d["records"])
         else:
-            records = [b"s" + line for line in _split_text(d).split(b"\n")]
+            records = [STR_TAG + line for line in _split_text(d).split(b"\n")]
         return cls(
             d["stream_id"],
             d["block_id"],

@@ -159,7 +159,9 @@ def decode_item(data: bytes | bytearray | memoryview, max_bytes: int = MAX_ITEM_
     raise CorruptItemError(f"unknown item tag {tag!r} in a block")
 
 
-_STR_TAG = b"s"[0]
+#: The tag of a ``str`` item (what text receivers store); block v2 relies on it too.
+STR_TAG = b"s"
+_STR_TAG = STR_TAG[0]
 
 
 def decode_items(records: list[bytes]) -> list[Any]:
