@@ -26,6 +26,12 @@ What is set, and when:
   before the app's first Python job; executors that register later). Where a
   pool already runs, it keeps TCP; both work alike, only the wait differs.
 
+- Where the key ends up ``true``, ``spark.python.daemon.module`` defaults to
+  :mod:`walstream.worker_daemon` (again never over the app's own choice), so
+  that a worker whose socket the JVM already closed (every ``sc.stop()`` closes
+  its idle workers' sockets) ends quietly instead of printing the
+  ``BrokenPipeError`` traceback that a Unix socket makes likely.
+
 Durability: none involved; the setting changes how bytes travel between a JVM
 and its own Python workers on one host, not what they are.
 """
@@ -37,6 +43,9 @@ import socket
 from collections.abc import MutableMapping
 from typing import Any
 
+from walstream.worker_daemon import CONF_KEY as DAEMON_KEY
+from walstream.worker_daemon import MODULE as DAEMON_MODULE
+
 UDS_KEY = "spark.python.unix.domain.socket.enabled"
 #: Spark's own default for :data:`UDS_KEY` (``true`` or ``false``).
 UDS_ENV = "PYSPARK_UDS_MODE"
@@ -46,16 +55,27 @@ def _app_chose(contains: bool) -> bool:
     return contains or bool(os.environ.get(UDS_ENV, "").strip())
 
 
+def _is_true(value: str | None) -> bool:
+    """Whether the UDS key's value (``None``: unset, so Spark's default) means on."""
+    if value is None:
+        value = os.environ.get(UDS_ENV, "")
+    return value.strip().lower() == "true"
+
+
 def unix_sockets_default(conf: MutableMapping[str, str]) -> None:
     """Set :data:`UDS_KEY` to ``true`` in ``conf`` (a SparkConf's settings before its
-    context starts) unless the app chose, or the platform has no Unix sockets."""
+    context starts) unless the app chose, or the platform has no Unix sockets; where
+    the key is then ``true``, :data:`DAEMON_KEY` defaults to :mod:`walstream.worker_daemon`."""
     if hasattr(socket, "AF_UNIX") and not _app_chose(UDS_KEY in conf):
         conf[UDS_KEY] = "true"
+    if _is_true(conf.get(UDS_KEY)) and DAEMON_KEY not in conf:
+        conf[DAEMON_KEY] = DAEMON_MODULE
 
 
 def prefer_unix_sockets(sc: Any) -> bool:
-    """Set :data:`UDS_KEY` to ``true`` in ``sc``'s running conf unless the app chose,
-    and say whether the key is ``true`` now (see the module's text for where it
+    """Set :data:`UDS_KEY` to ``true`` in ``sc``'s running conf unless the app chose
+    (and :data:`DAEMON_KEY` as :func:`unix_sockets_default` does), and say whether
+    the key is ``true`` now (see the module's text for where it
     takes effect). A context with no JVM behind it (a test double) has no conf to
     set: False."""
     jsc = getattr(sc, "_jsc", None)
@@ -64,6 +84,7 @@ def prefer_unix_sockets(sc: Any) -> bool:
     jconf = jsc.sc().conf()
     if hasattr(socket, "AF_UNIX") and not _app_chose(bool(jconf.contains(UDS_KEY))):
         jconf.set(UDS_KEY, "true")
-    if jconf.contains(UDS_KEY):
-        return str(jconf.get(UDS_KEY)).strip().lower() == "true"
-    return os.environ.get(UDS_ENV, "").strip().lower() == "true"
+    on = _is_true(str(jconf.get(UDS_KEY)) if jconf.contains(UDS_KEY) else None)
+    if on and not jconf.contains(DAEMON_KEY):
+        jconf.set(DAEMON_KEY, DAEMON_MODULE)
+    return on

@@ -1,6 +1,6 @@
 """Unix domain sockets to the Python workers: a default that never overrides the app,
 and, on a SparkContext the app built itself, in effect for the first Python task
-after a StreamingContext was made on it."""
+after a StreamingContext was made on it; with them, walstream's quiet daemon."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from driver.python_sockets import UDS_ENV, UDS_KEY, unix_sockets_default
+from driver.python_sockets import DAEMON_KEY, UDS_ENV, UDS_KEY, unix_sockets_default
 from driver.recovery import recovered_conf
 from driver.spark import spark_settings
+from walstream.worker_daemon import MODULE as DAEMON_MODULE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,18 +25,23 @@ def test_the_default_is_unix_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(UDS_ENV, raising=False)
     conf: dict[str, str] = {}
     unix_sockets_default(conf)
-    assert conf == {UDS_KEY: "true"}
+    assert conf == {UDS_KEY: "true", DAEMON_KEY: DAEMON_MODULE}
     assert spark_settings("app", "local[2]")[UDS_KEY] == "true"
+    assert spark_settings("app", "local[2]")[DAEMON_KEY] == DAEMON_MODULE
     assert recovered_conf({"spark.app.name": "a"}, {})[UDS_KEY] == "true"
+    assert recovered_conf({"spark.app.name": "a"}, {})[DAEMON_KEY] == DAEMON_MODULE
 
 
 def test_the_apps_choice_stands(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(UDS_ENV, raising=False)
     conf = {UDS_KEY: "false"}
     unix_sockets_default(conf)
-    assert conf == {UDS_KEY: "false"}
+    assert conf == {UDS_KEY: "false"}  # TCP: PySpark's own daemon
     assert spark_settings("app", "local[2]", {UDS_KEY: "false"})[UDS_KEY] == "false"
     assert recovered_conf({UDS_KEY: "false"}, {})[UDS_KEY] == "false"
+    own = {DAEMON_KEY: "my.daemon"}
+    unix_sockets_default(own)
+    assert own == {UDS_KEY: "true", DAEMON_KEY: "my.daemon"}
 
 
 def test_sparks_environment_default_stands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,6 +49,9 @@ def test_sparks_environment_default_stands(monkeypatch: pytest.MonkeyPatch) -> N
     conf: dict[str, str] = {}
     unix_sockets_default(conf)
     assert conf == {}
+    monkeypatch.setenv(UDS_ENV, "true")
+    unix_sockets_default(conf)
+    assert conf == {DAEMON_KEY: DAEMON_MODULE}
 
 
 # A fresh PySpark app: its own SparkContext, a walstream StreamingContext on it, then
@@ -68,7 +77,9 @@ _APP = textwrap.dedent("""
                 pass
             finally:
                 s.close()
-        yield found
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            daemon = f.read().decode().split("\\0")
+        yield {"families": found, "daemon": daemon}
 
     conf = (SparkConf().setMaster("local[1]").setAppName("uds")
             .set("spark.ui.enabled", "false"))
@@ -77,7 +88,7 @@ _APP = textwrap.dedent("""
     sc = SparkContext(conf=conf)
     try:
         StreamingContext(sc, 1)
-        print("FAMILIES " + json.dumps(sc.parallelize([0], 1).mapPartitions(sockets).collect()[0]))
+        print("WORKER " + json.dumps(sc.parallelize([0], 1).mapPartitions(sockets).collect()[0]))
     finally:
         sc.stop()
     sys.stdout.flush()
@@ -85,28 +96,32 @@ _APP = textwrap.dedent("""
 """)
 
 
-def _worker_socket_families(*conf: str) -> list[str]:
+def _worker(*conf: str) -> dict[str, list[str]]:
+    """What the first Python worker of a fresh app saw: its sockets' families, and
+    the command line of the daemon that forked it."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", UDS_ENV)}
     env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, "-c", _APP, *conf], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("FAMILIES ")]
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("WORKER ")]
     assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-4000:]
-    families: list[str] = json.loads(lines[0].split(" ", 1)[1])
-    return families
+    seen: dict[str, list[str]] = json.loads(lines[0].split(" ", 1)[1])
+    return seen
 
 
 def test_a_streaming_context_gives_an_app_built_context_unix_sockets() -> None:
-    families = _worker_socket_families()
-    assert "AF_UNIX" in families
-    assert "AF_INET" not in families and "AF_INET6" not in families
+    seen = _worker()
+    assert "AF_UNIX" in seen["families"]
+    assert "AF_INET" not in seen["families"] and "AF_INET6" not in seen["families"]
+    assert DAEMON_MODULE in seen["daemon"]
 
 
 def test_an_app_that_said_false_keeps_tcp() -> None:
-    families = _worker_socket_families(f"{UDS_KEY}=false")
-    assert "AF_UNIX" not in families
-    assert "AF_INET" in families or "AF_INET6" in families
+    seen = _worker(f"{UDS_KEY}=false")
+    assert "AF_UNIX" not in seen["families"]
+    assert "AF_INET" in seen["families"] or "AF_INET6" in seen["families"]
+    assert "pyspark.daemon" in seen["daemon"]
 
 
 def test_a_context_with_no_jvm_is_left_alone() -> None:
