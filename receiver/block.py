@@ -5,7 +5,7 @@ block id, the records (bytes) and the source ranges they came from, so a PySpark
 task can decode a block with no user code and a Kafka receiver can resume from
 the exact source positions the driver acknowledged.
 
-Two versions, both written and both read:
+Three versions, all written and all read:
 
 - v1 holds any items, as an array of their encodings (:mod:`receiver.items`).
 - v2 holds a block whose items are all ``str`` with no newline in them (what
@@ -15,16 +15,21 @@ Two versions, both written and both read:
   lays it out with a few bulk byte operations. The count is checked against
   the lines found, so a block that lost or gained a newline is corrupt, never
   read as other lines.
+- v3 is v2 for a block whose items are all ``(None, str)`` pairs (Kafka records
+  with no key, what Kafka receivers mostly store): the values' UTF-8 joined by
+  newlines, and their count. A task gets the pairs with one strict decode, one
+  split and one zip.
 """
 
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from receiver.errors import CorruptItemError
-from receiver.items import STR_TAG, decode_items
+from receiver.items import STR_TAG, VALUE_TAG, decode_items
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import AVRO_LENGTHS, VersionedCodec, avro_long
 from walstream.errors import CorruptDataError
@@ -42,37 +47,46 @@ BLOCK_SCHEMA_V1: dict[str, Any] = {
     ],
 }
 
-BLOCK_SCHEMA_V2: dict[str, Any] = {
-    "type": "record",
-    "name": "Block",
-    "namespace": "walstream.receiver.v2",
-    "fields": [
-        {"name": "stream_id", "type": "int"},
-        {"name": "block_id", "type": "string"},
-        {"name": "count", "type": "long"},
-        {"name": "text", "type": "bytes"},
-        {"name": "source", "type": {"type": "array", "items": SOURCE_RANGE_SCHEMA}},
-    ],
-}
+def _text_schema(version: int) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "Block",
+        "namespace": f"walstream.receiver.v{version}",
+        "fields": [
+            {"name": "stream_id", "type": "int"},
+            {"name": "block_id", "type": "string"},
+            {"name": "count", "type": "long"},
+            {"name": "text", "type": "bytes"},
+            {"name": "source", "type": {"type": "array", "items": SOURCE_RANGE_SCHEMA}},
+        ],
+    }
+
+
+#: ``str`` items joined (v2), ``(None, str)`` items' values joined (v3).
+BLOCK_SCHEMA_V2: dict[str, Any] = _text_schema(2)
+BLOCK_SCHEMA_V3: dict[str, Any] = _text_schema(3)
 
 #: The largest block decoded: a block is one WAL record, never above the WAL's
 #: default ``max_record_bytes`` (pass the writer's to ``Block.decode`` if raised).
 MAX_BLOCK_BYTES = DEFAULT_MAX_RECORD_BYTES
-BLOCK_CODEC = VersionedCodec("block", b"WSBK", {1: BLOCK_SCHEMA_V1, 2: BLOCK_SCHEMA_V2},
-                             max_bytes=MAX_BLOCK_BYTES)
-_BLOCK_PREFIX_V1 = BLOCK_CODEC.magic + bytes((1,))
-_BLOCK_PREFIX_V2 = BLOCK_CODEC.magic + bytes((2,))
+BLOCK_CODEC = VersionedCodec(
+    "block", b"WSBK", {1: BLOCK_SCHEMA_V1, 2: BLOCK_SCHEMA_V2, 3: BLOCK_SCHEMA_V3},
+    max_bytes=MAX_BLOCK_BYTES)
+_BLOCK_PREFIX = {v: BLOCK_CODEC.magic + bytes((v,)) for v in (1, 2, 3)}
 _FIRST_BYTE = operator.itemgetter(0)
-_STR_ONLY = {STR_TAG[0]}
+#: The text versions by the one tag all of a block's items must have.
+_TEXT_VERSIONS = {STR_TAG[0]: 2, VALUE_TAG[0]: 3}
+_TAG_OF_VERSION = {2: STR_TAG, 3: VALUE_TAG}
 
 
-def joined_text(records: list[bytes]) -> bytes | None:
-    """The v2 ``text`` of ``records`` (item encodings): the UTF-8 of their ``str``
-    items joined by newlines, or None unless there is at least one record and
-    every one is a ``str`` item (tag ``s``) with no newline in it.
+def joined_text(records: list[bytes]) -> tuple[int, bytes] | None:
+    """The text version (2 or 3) of ``records`` (item encodings) and its ``text``:
+    their bodies (UTF-8) joined by newlines; None unless there is at least one
+    record, every one has the same tag, ``s`` (``str`` items: v2) or ``v``
+    (``(None, str)`` items: v3), and no body holds a newline.
 
     A few bulk operations in C rather than a Python step per record: the set of
-    the records' first bytes is ``{s}`` only if every record is a ``str`` item,
+    the records' first bytes has one member only if every record has that tag,
     and their bodies joined by newlines hold exactly ``n - 1`` newlines only if
     no body holds one of its own. A newline byte never occurs inside a
     multi-byte UTF-8 sequence, so the split on read gives back exactly these
@@ -82,12 +96,14 @@ def joined_text(records: list[bytes]) -> bytes | None:
     if n == 0:
         return None
     try:
-        if set(map(_FIRST_BYTE, records)) != _STR_ONLY:
-            return None
+        tags = set(map(_FIRST_BYTE, records))
     except IndexError:  # an empty record: not an item
         return None
+    version = _TEXT_VERSIONS.get(tags.pop()) if len(tags) == 1 else None
+    if version is None:
+        return None
     text = b"\n".join([r[1:] for r in records])
-    return text if text.count(b"\n") == n - 1 else None
+    return (version, text) if text.count(b"\n") == n - 1 else None
 
 
 def _avro_bytes_array(items: list[bytes]) -> list[bytes]:
@@ -138,8 +154,8 @@ class Block:
     source: tuple[SourceRange, ...] = field(default=())
 
     def encode(self) -> bytes:
-        """``BLOCK_CODEC.encode`` of the v2 record when :func:`joined_text` gives the
-        records' text, else of the v1 record; laid out by hand.
+        """``BLOCK_CODEC.encode`` of the v2 or v3 record when :func:`joined_text`
+        gives the records' text, else of the v1 record; laid out by hand.
 
         Byte-identical to fastavro's encoding (tests/receiver/test_block.py checks
         it), but one join of the records instead of fastavro growing a buffer
@@ -147,13 +163,15 @@ class Block:
         (docs/decisions/hand-laid-avro-encoders.md). A record that
         is not bytes fails the join with ``TypeError``, as it failed fastavro.
         """
-        text = joined_text(self.records)
-        if text is None:
-            parts = [_BLOCK_PREFIX_V1, avro_long(self.stream_id), _avro_string(self.block_id)]
+        joined = joined_text(self.records)
+        if joined is None:
+            parts = [_BLOCK_PREFIX[1], avro_long(self.stream_id), _avro_string(self.block_id)]
             parts += _avro_bytes_array(self.records)
         else:
-            parts = [_BLOCK_PREFIX_V2, avro_long(self.stream_id), _avro_string(self.block_id),
-                     avro_long(len(self.records)), avro_long(len(text)), text]
+            version, text = joined
+            parts = [_BLOCK_PREFIX[version], avro_long(self.stream_id),
+                     _avro_string(self.block_id), avro_long(len(self.records)),
+                     avro_long(len(text)), text]
         if self.source:
             parts.append(avro_long(len(self.source)))
             for r in self.source:
@@ -171,7 +189,8 @@ class Block:
         if version == 1:
             records = list(d["records"])
         else:
-            records = [STR_TAG + line for line in _split_text(d).split(b"\n")]
+            tag = _TAG_OF_VERSION[version]
+            records = [tag + line for line in _split_text(version, d).split(b"\n")]
         return cls(
             d["stream_id"],
             d["block_id"],
@@ -180,13 +199,14 @@ class Block:
         )
 
 
-def _split_text(d: dict[str, Any]) -> bytes:
-    """A decoded v2 record's text, once its newlines agree with its count."""
+def _split_text(version: int, d: dict[str, Any]) -> bytes:
+    """A decoded v2 or v3 record's text, once its newlines agree with its count."""
     text: bytes = d["text"]
     count = d["count"]
     lines = text.count(b"\n") + 1
     if lines != count:
-        raise CorruptDataError(f"block v2: {lines} lines in its text, but a count of {count}")
+        raise CorruptDataError(
+            f"block v{version}: {lines} lines in its text, but a count of {count}")
     return text
 
 
@@ -194,7 +214,8 @@ def block_items(data: bytes, max_bytes: int = MAX_BLOCK_BYTES) -> list[Any]:
     """The items of a stored block, in order (what a batch's task reads).
 
     A v2 block's lines come from one strict UTF-8 decode (``surrogatepass``, as
-    ``str`` items are stored) and one split; a v1 block's items from
+    ``str`` items are stored) and one split, a v3 block's pairs from one strict
+    decode, one split and one zip with ``None`` keys; a v1 block's items from
     :func:`~receiver.items.decode_items`. Raises what :meth:`Block.decode` and
     ``decode_items`` raise for bytes that are not a block of valid items
     (``CorruptDataError`` and its subclasses), never another exception type.
@@ -202,7 +223,11 @@ def block_items(data: bytes, max_bytes: int = MAX_BLOCK_BYTES) -> list[Any]:
     version, d = BLOCK_CODEC.decode(data, max_bytes)
     if version == 1:
         return decode_items(d["records"])
+    text = _split_text(version, d)
     try:
-        return _split_text(d).decode("utf-8", "surrogatepass").split("\n")
+        if version == 2:
+            return text.decode("utf-8", "surrogatepass").split("\n")
+        # (None, str) pairs hold strictly valid UTF-8, as a pair's strings do.
+        return list(zip(repeat(None), text.decode("utf-8").split("\n")))
     except UnicodeDecodeError as exc:
-        raise CorruptItemError(f"block v2: its text is not valid UTF-8: {exc}") from exc
+        raise CorruptItemError(f"block v{version}: its text is not valid UTF-8: {exc}") from exc

@@ -1,8 +1,10 @@
 """How received items are stored inside a block: one tagged byte string each.
 
-``b"b"+bytes`` for bytes, ``b"s"+utf-8`` for str, ``b"k"+Avro{key, value}`` for a
-``(key, value)`` pair of bytes/str/None (what Kafka receivers store), and
-``b"j"+JSON`` for other JSON-representable values (numbers, lists, dicts). Other
+``b"b"+bytes`` for bytes, ``b"s"+utf-8`` for str, ``b"v"+utf-8`` for a
+``(None, str)`` pair (a Kafka record with no key: what Kafka receivers mostly
+store), ``b"k"+Avro{key, value}`` for any other ``(key, value)`` pair of
+bytes/str/None, and ``b"j"+JSON`` for other JSON-representable values (numbers,
+lists, dicts). Other
 objects cannot be encoded: :class:`BadRecordError`, so that a block never holds
 pickled user objects and stays readable by any release that knows its version.
 """
@@ -71,19 +73,24 @@ def _utf8_parts(x: bytes | None, parts: list[bytes]) -> None:
 
 
 def encode_utf8_pair(key: bytes | None, value: bytes | None) -> bytes:
-    """``encode_pair(key.decode(), value.decode())`` without decoding to ``str`` and
-    encoding back: the Kafka receiver's default (UTF-8) path, once per record.
-    Each payload is copied once (one join). Raises ``UnicodeDecodeError`` for bytes
-    that are not UTF-8."""
+    """``encode_item((key.decode(), value.decode()))`` without decoding to ``str``
+    and encoding back: the Kafka receiver's default (UTF-8) path for one record.
+    Each payload is copied once. Raises ``UnicodeDecodeError`` for bytes that are
+    not UTF-8."""
     if key is None and value is not None:  # the usual Kafka record: no key
         if not value.isascii():
             value.decode("utf-8")
-        return b"".join((b"k\x00\x04", avro_long(len(value)), value))
+        return VALUE_TAG + value
     parts = [b"k"]
     _utf8_parts(key, parts)
     _utf8_parts(value, parts)
     return b"".join(parts)
 
+
+#: The tag of a ``str`` item (what text receivers store); block v2 relies on it too.
+STR_TAG = b"s"
+#: The tag of a ``(None, str)`` item (a Kafka record with no key); block v3 relies on it.
+VALUE_TAG = b"v"
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _PAIR_PART = (bytes, str)
@@ -98,6 +105,11 @@ def encode_item(item: Any) -> bytes:
         return b"s" + item.encode("utf-8", "surrogatepass")
     if isinstance(item, tuple) and len(item) == 2:
         key, value = item
+        if key is None and isinstance(value, str):
+            try:  # strict, as a pair's strings are (_pair_branch)
+                return VALUE_TAG + value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BadRecordError(f"a (key, value) string is not valid UTF-8: {exc}") from exc
         if (key is None or isinstance(key, _PAIR_PART)) and (
             value is None or isinstance(value, _PAIR_PART)
         ):
@@ -146,6 +158,8 @@ def decode_item(data: bytes | bytearray | memoryview, max_bytes: int = MAX_ITEM_
             return body
         if tag == b"s":
             return body.decode("utf-8", "surrogatepass")
+        if tag == VALUE_TAG:
+            return (None, body.decode("utf-8"))
         if tag == b"k":
             return _decode_pair(body)
         if tag == b"j":
@@ -159,8 +173,6 @@ def decode_item(data: bytes | bytearray | memoryview, max_bytes: int = MAX_ITEM_
     raise CorruptItemError(f"unknown item tag {tag!r} in a block")
 
 
-#: The tag of a ``str`` item (what text receivers store); block v2 relies on it too.
-STR_TAG = b"s"
 _STR_TAG = STR_TAG[0]
 
 

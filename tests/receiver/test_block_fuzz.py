@@ -19,6 +19,8 @@ VALID = Block(3, "input-3-x", [encode_item(x) for x in (b"a", "é", ("k", None))
               (SourceRange("t", 0, 10, 13),)).encode()
 VALID_TEXT = Block(3, "input-3-t", [encode_item(x) for x in ("a", "é", "", "line")],
                    (SourceRange("t", 0, 10, 14),)).encode()
+VALID_PAIRS = Block(3, "input-3-v", [encode_item((None, x)) for x in ("a", "é", "", "line")],
+                    (SourceRange("t", 0, 10, 14),)).encode()
 PREFIX = BLOCK_CODEC.magic + b"\x01"
 STREAM = avro_long(3)
 
@@ -26,8 +28,8 @@ STREAM = avro_long(3)
 class TestBlockDecoder(TruncationsRaise, FlippedBytes):
     decode = staticmethod(Block.decode)
     error = CorruptDataError
-    valid = {"block": VALID, "text block": VALID_TEXT}
-    prefixes = (PREFIX, BLOCK_CODEC.magic + b"\x02")
+    valid = {"block": VALID, "text block": VALID_TEXT, "keyless pairs block": VALID_PAIRS}
+    prefixes = (PREFIX, BLOCK_CODEC.magic + b"\x02", BLOCK_CODEC.magic + b"\x03")
 
 
 class TestBlockItemsDecoder(TruncationsRaise, FlippedBytes):
@@ -35,8 +37,8 @@ class TestBlockItemsDecoder(TruncationsRaise, FlippedBytes):
 
     decode = staticmethod(block_items)
     error = CorruptDataError
-    valid = {"block": VALID, "text block": VALID_TEXT}
-    prefixes = (PREFIX, BLOCK_CODEC.magic + b"\x02")
+    valid = {"block": VALID, "text block": VALID_TEXT, "keyless pairs block": VALID_PAIRS}
+    prefixes = (PREFIX, BLOCK_CODEC.magic + b"\x02", BLOCK_CODEC.magic + b"\x03")
 
 
 def test_huge_declared_lengths_raise_without_allocating() -> None:

@@ -133,6 +133,17 @@ def test_utf8_pair_is_the_pair_of_decoded_strings(key: bytes | None, value: byte
     assert decode_item(encode_utf8_pair(key, value)) == as_str
 
 
+def test_a_keyless_pair_of_a_string_is_its_utf8_after_the_v_tag() -> None:
+    # What a Kafka record with no key is stored as; block v3 joins these.
+    assert encode_item((None, "caf\u00e9")) == b"v" + "caf\u00e9".encode()
+    assert decode_item(b"v" + "caf\u00e9".encode()) == (None, "caf\u00e9")
+    assert decode_item(b"v") == (None, "")
+    with pytest.raises(CorruptItemError, match="UTF-8"):
+        decode_item(b"v\xc3")
+    with pytest.raises(CorruptItemError, match="UTF-8"):  # strict, as pair strings are
+        decode_item(b"v" + "\ud800".encode("utf-8", "surrogatepass"))
+
+
 @pytest.mark.parametrize("pair", [(b"\xff", b"ok"), (None, b"bad \xc3")])
 def test_utf8_pair_refuses_bytes_that_are_not_utf8(pair: tuple[bytes | None, bytes]) -> None:
     with pytest.raises(UnicodeDecodeError):

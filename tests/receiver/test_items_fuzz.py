@@ -24,7 +24,7 @@ VALID = [encode_item(x) for x in (b"raw", "text é", ("key", b"value"), (None, "
 class TestItemDecoder(DecoderContract):
     decode = staticmethod(decode_item)
     error = CorruptDataError
-    prefixes = (b"b", b"s", b"k", b"j", b"x", b"")  # every tag, and none
+    prefixes = (b"b", b"s", b"v", b"k", b"j", b"x", b"")  # every tag, and none
 
 
 @pytest.mark.parametrize("valid", VALID, ids=lambda v: v[:1].decode())

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
 import receiver.kafka_receiver as kafka_receiver_module
-from receiver.block import SourceRange
+from receiver.block import SourceRange, block_items
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.kafka_receiver import KafkaReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
@@ -284,6 +284,44 @@ def test_clean_poll_batches_are_stored_whole_with_exact_contiguous_ranges(
         assert mine[0].from_offset == 0 and mine[-1].until_offset == n
         assert all(a.until_offset == b.from_offset for a, b in itertools.pairwise(mine))
     assert receiver.source_ends()[("src", 0)] >= 30
+    assert cluster.violations == [] and reporter.violations == []
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["clean", "mixed"])
+def test_keyless_records_are_stored_as_keyless_pairs_in_v3_blocks_when_they_can_be(
+    cluster: FakeCluster, run: Callable[..., Any], reporter: FakeReporter, wal: MemoryWAL,
+    mixed: bool,
+) -> None:
+    # The usual Kafka record has no key: keyless UTF-8 values, ASCII or not. Mixed:
+    # one value holds a newline (its block cannot be newline-joined text), one is a
+    # tombstone, one is not UTF-8 (skipped and reported).
+    cluster.logs["src"][0] = [(None, f"v{i} caf\u00e9".encode()) for i in range(30)]
+    cluster.logs["src"][1] = [(None, f"w{i}".encode()) for i in range(20)]
+    if mixed:
+        cluster.logs["src"][1][4] = (None, b"two\nlines")
+        cluster.logs["src"][1][9] = (None, None)
+        cluster.logs["src"][1][12] = (None, b"\xc3 bad")
+    receiver = KafkaReceiver("fake:9092", "grp", {"src": 1})
+    sup, _ = run(receiver)
+    wait_until(lambda: all_committed(cluster), what="every offset committed")
+    sup.stop("done", None)
+
+    assert sup.error is None and receiver.undecodable == (1 if mixed else 0)
+    expected = [(None, None if v is None else v.decode())
+                for p, log in cluster.logs["src"].items() for i, (_, v) in enumerate(log)
+                if not (mixed and (p, i) == (1, 12))]
+    assert sorted(reporter.reported_items(), key=repr) == sorted(expected, key=repr)
+    versions = set()
+    for info in list(reporter.blocks):
+        data = wal.read(info.handle)
+        items = reporter.items_of(info)
+        assert block_items(data) == items  # the task's reader agrees
+        text = all(v is not None and "\n" not in v for _, v in items)
+        assert data[4] == (3 if text else 1), items
+        versions.add(data[4])
+    if not mixed:
+        assert versions == {3}
+    no_overlap(ranges_of(reporter.blocks))
     assert cluster.violations == [] and reporter.violations == []
 
 
