@@ -14,8 +14,10 @@ restart) spends most of its time launching tasks. Here a stream's batch has at
 most ``max_partitions`` partitions (``spark.walstream.blockRdd.maxPartitions``,
 default Spark's default parallelism, at most the task slots the receivers leave
 free: :func:`auto_max_partitions`; ``0`` keeps one partition per block), each a
-contiguous run of blocks of about equal record counts: the items come in the same
-order as with one partition per block, only the partition boundaries differ.
+contiguous run of the batch's items of equal counts (:func:`slice_blocks`): the
+items come in the same order as with one partition per block, only the partition
+boundaries differ. A block cut between two partitions is read by both, and each
+yields its own part.
 """
 
 from __future__ import annotations
@@ -88,6 +90,48 @@ def group_blocks(blocks: Sequence[ReceivedBlockInfo],
     return groups
 
 
+#: A part of a block: the block, and its items ``[lo, hi)`` (``hi`` None: to its end).
+Slice = tuple[ReceivedBlockInfo, int, int | None]
+
+
+def slice_blocks(blocks: Sequence[ReceivedBlockInfo], max_partitions: int) -> list[list[Slice]]:
+    """``blocks``' items cut, in order, into at most ``max_partitions`` runs of equal
+    record counts (give or take one), never more runs than blocks (``0``: one run
+    per block, uncut). A cut may fall inside a block: the block's first part ends one run
+    and its rest begins the next, so a batch of five blocks on two task slots is
+    two tasks of two and a half blocks each, not of two and of three.
+
+    Every item is in exactly one run, in block order: a block's parts are
+    contiguous, its first starts at item 0 and its last runs to the block's end
+    (``hi`` None), whatever the count its info states. The cuts depend only on
+    the blocks' record counts and the limit, so a re-run batch gets the same.
+    """
+    n = len(blocks)
+    k = n if max_partitions <= 0 else min(n, max_partitions)
+    counts = [max(0, b.num_records) for b in blocks]
+    total = sum(counts)
+    if max_partitions <= 0 or k <= 1 or total < k:
+        return [[(b, 0, None) for b in run] for run in group_blocks(blocks, k)]
+    # Where runs 2..k start, as indices into the batch's items: strictly rising
+    # and inside (0, total), so no run is empty.
+    cuts = [total * i // k for i in range(1, k)]
+    runs: list[list[Slice]] = [[]]
+    start = 0  # the batch index of the current block's first item
+    c = 0
+    for block, count in zip(blocks, counts, strict=True):
+        lo = 0
+        while c < len(cuts) and cuts[c] < start + count:
+            at = cuts[c] - start
+            if at > lo:
+                runs[-1].append((block, lo, at))
+                lo = at
+            runs.append([])
+            c += 1
+        runs[-1].append((block, lo, None))
+        start += count
+    return runs
+
+
 def _read_blocks(
     bootstrap_servers: str, timeout_s: float, kafka_settings: Mapping[str, str],
     groups: Iterable[list[dict[str, Any]]],
@@ -101,9 +145,12 @@ def _read_blocks(
     freeze_once()
     reader = WalReader(bootstrap_servers, timeout_s, dict(kafka_settings))
     try:
-        handles = [RecordHandle.from_dict(h) for run in groups for h in run]
-        for data, _ in reader.read_many(handles):
-            yield from block_items(data)
+        parts = [part for run in groups for part in run]
+        handles = [RecordHandle.from_dict(part["handle"]) for part in parts]
+        for part, (data, _) in zip(parts, reader.read_many(handles), strict=True):
+            items = block_items(data)
+            lo, hi = part["lo"], part["hi"]
+            yield from items if lo == 0 and hi is None else items[lo:hi]
     finally:
         reader.close()
 
@@ -146,7 +193,8 @@ def block_rdd(
         rdd = sc.emptyRDD()
     else:
         limit = int(sc.defaultParallelism) if max_partitions is None else max_partitions
-        groups = [[b.handle.to_dict() for b in run] for run in group_blocks(blocks, limit)]
+        groups = [[{"handle": b.handle.to_dict(), "lo": lo, "hi": hi} for b, lo, hi in run]
+                  for run in slice_blocks(blocks, limit)]
         reader = functools.partial(_read_blocks, bootstrap_servers, timeout_s, settings)
         # One element per slice: parallelize puts exactly one run in each partition.
         rdd = sc.parallelize(groups, len(groups)).mapPartitions(reader)

@@ -1,5 +1,5 @@
 """A receiver stream's batch on real Spark and Kafka: the blocks' items come in block
-order whatever the partition limit, in at most that many partitions."""
+order whatever the partition limit, in at most that many partitions of equal counts."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def test_partition_limit_changes_boundaries_not_items(
     three = block_rdd(sc, blocks, bootstrap, max_partitions=3).glom().collect()
     assert len(three) == 3 and all(three)
     assert [x for part in three for x in part] == expected
+    # 55 items in three equal runs: one cut falls inside block 5, which two tasks read
+    assert [len(part) for part in three] == [18, 18, 19]
 
     # The default is Spark's default parallelism: 1 in this module's context.
     assert sc.defaultParallelism == 1

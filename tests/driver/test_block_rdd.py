@@ -12,6 +12,7 @@ from driver.block_rdd import (
     auto_max_partitions,
     group_blocks,
     max_partitions_from_conf,
+    slice_blocks,
 )
 from driver.engine_config import EngineConfig
 from receiver.block_info import ReceivedBlockInfo
@@ -46,6 +47,53 @@ def test_runs_balance_records_not_block_counts() -> None:
     assert [sum(b.num_records for b in g) for g in groups] == [100, 100]
     even = group_blocks(_blocks([20] * 100), 3)
     assert sorted(len(g) for g in even) == [33, 33, 34]
+
+
+def _items_of(runs: list[list[tuple[ReceivedBlockInfo, int, int | None]]]
+              ) -> list[list[tuple[str, int]]]:
+    """Each run's items as (block id, index), by the block's stated count."""
+    return [[(b.block_id, i) for b, lo, hi in run
+             for i in range(lo, b.num_records if hi is None else hi)] for run in runs]
+
+
+@pytest.mark.parametrize("sizes", [[5], [1, 1], [3, 1, 4, 1, 5, 9, 2, 6], [0, 0, 0, 7],
+                                   [100, 1, 1, 1, 1, 1, 1], [1] * 100, [20] * 37,
+                                   [300, 300, 300, 300, 300], [100, 10], [0, 0], [2, 0, 0, 1]])
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 12, 200])
+def test_slices_cover_every_item_once_in_order_in_balanced_runs(
+        sizes: list[int], limit: int) -> None:
+    blocks = _blocks(sizes)
+    runs = slice_blocks(blocks, limit)
+    items = _items_of(runs)
+    every = [(b.block_id, i) for b in blocks for i in range(b.num_records)]
+    assert list(itertools.chain.from_iterable(items)) == every
+    # every block appears, in order (a cut block twice in a row), and its parts
+    # are contiguous, from its first item to its end
+    seen = [b for b, _, _ in itertools.chain.from_iterable(runs)]
+    assert [b for b, _ in itertools.groupby(seen)] == blocks
+    for b in blocks:
+        parts = [(lo, hi) for run in runs for bb, lo, hi in run if bb is b]
+        assert parts[0][0] == 0 and parts[-1][1] is None
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(parts))
+    assert all(runs), "no run is empty"
+    assert len(runs) <= min(limit, len(blocks))
+    total = sum(sizes)
+    if total >= min(limit, len(blocks)) > 1:
+        sizes_of_runs = [len(r) for r in items]
+        assert len(runs) == min(limit, len(blocks))
+        assert max(sizes_of_runs) - min(sizes_of_runs) <= 1, sizes_of_runs
+
+
+def test_five_blocks_on_two_slots_are_two_and_a_half_each() -> None:
+    runs = slice_blocks(_blocks([300] * 5), 2)
+    assert [[(b.block_id, lo, hi) for b, lo, hi in run] for run in runs] == [
+        [("b0", 0, None), ("b1", 0, None), ("b2", 0, 150)],
+        [("b2", 150, None), ("b3", 0, None), ("b4", 0, None)]]
+
+
+def test_slices_with_zero_keep_one_whole_block_per_run() -> None:
+    blocks = _blocks([4, 9, 1])
+    assert slice_blocks(blocks, 0) == [[(b, 0, None)] for b in blocks]
 
 
 def test_conf_values() -> None:

@@ -105,7 +105,8 @@ def test_wal_settings_cannot_weaken_durability() -> None:
 def test_block_reads_in_executor_tasks(recorder: Recorder,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader, "Consumer", recorder)
-    rows: Iterator[Any] = block_rdd_module._read_blocks("broker:9092", 5.0, SETTINGS, [[HANDLE]])
+    part = {"handle": HANDLE, "lo": 0, "hi": None}
+    rows: Iterator[Any] = block_rdd_module._read_blocks("broker:9092", 5.0, SETTINGS, [[part]])
     with pytest.raises(ClientCreatedError):
         next(rows)
     _has_settings(recorder.only())
