@@ -49,21 +49,21 @@ BLOCK_OVERHEAD_BYTES = 8 * 1024 * 1024
 #: would fail, the receiver stop and be relaunched into the same burst).
 MAX_BLOCK_BYTES = KafkaWalConfig.max_record_bytes - BLOCK_OVERHEAD_BYTES
 #: Avro bytes of one record's length prefix, at most.
-_RECORD_OVERHEAD = 10
+RECORD_OVERHEAD = 10
 
 
 def item_bytes(data: Any) -> int:
     """What an item adds to a block's bytes: its length and its length prefix for
     bytes and str (the supervisor adds encoded bytes), 0 for anything else."""
     if isinstance(data, bytes | bytearray | memoryview | str):
-        return len(data) + _RECORD_OVERHEAD
+        return len(data) + RECORD_OVERHEAD
     return 0
 
 
 def encoded_bytes(records: list[bytes]) -> int:
     """``sum(item_bytes(r) for r in records)`` for records that are all bytes, summed
     in C (the supervisor's stored encodings are)."""
-    return sum(map(len, records)) + _RECORD_OVERHEAD * len(records)
+    return sum(map(len, records)) + RECORD_OVERHEAD * len(records)
 
 
 def split_by_bytes(records: list[Any], cap: int) -> list[list[Any]]:
