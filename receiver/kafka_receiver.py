@@ -24,7 +24,15 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
 
 from receiver.block import SourceRange
 from receiver.block_generator import RECORD_OVERHEAD, encoded_bytes, item_bytes
@@ -37,6 +45,13 @@ from walstream.kafka_logging import with_logger
 log = logging.getLogger(__name__)
 
 Decoder = Callable[[bytes | None], Any]
+
+
+#: ``auto.offset.reset`` values as the logical offsets they mean; any other
+#: (``error``) leaves the offset unset, for librdkafka to apply its own rule.
+_RESET_OFFSETS = {name: offset for names, offset in (
+    (("earliest", "smallest", "beginning"), OFFSET_BEGINNING),
+    (("latest", "largest", "end"), OFFSET_END)) for name in names}
 
 
 def utf8_decoder(data: bytes | None) -> str | None:
@@ -121,7 +136,13 @@ class KafkaReceiver(Receiver):
         self._ends_lock = threading.Lock()
         self._ends = {}
 
-    def _assignment(self, consumer: Consumer) -> list[TopicPartition]:
+    def _assignment(self, consumer: Consumer, reset: str = "earliest") -> list[TopicPartition]:
+        """Each partition of the source topics at its start position (the module's
+        text gives the order). A partition with none starts where ``reset`` (the
+        consumer's ``auto.offset.reset``) says, passed as a logical offset: the
+        group's commits were just read, and leaving the offset unset would make
+        librdkafka read them again before it applies the reset, one more round
+        trip to the group coordinator before the first fetch."""
         md = consumer.list_topics(timeout=30)
         tps = [TopicPartition(t, p) for t in self.topics if t in md.topics
                for p in sorted(md.topics[t].partitions)]
@@ -138,6 +159,8 @@ class KafkaReceiver(Receiver):
             offset = self._next_offsets.get(
                 key, driver.get(key, self.start_offsets.get(
                     key, committed.get(key, OFFSET_INVALID))))
+            if offset == OFFSET_INVALID:
+                offset = _RESET_OFFSETS.get(reset.strip().lower(), OFFSET_INVALID)
             out.append(TopicPartition(tp.topic, tp.partition, offset))
         return out
 
@@ -155,7 +178,7 @@ class KafkaReceiver(Receiver):
         }
         conf["enable.auto.commit"] = False  # commits follow the driver's acknowledgement
         self._consumer = Consumer(with_logger(conf))
-        self._consumer.assign(self._assignment(self._consumer))
+        self._consumer.assign(self._assignment(self._consumer, str(conf["auto.offset.reset"])))
         self._thread = threading.Thread(target=self._receive, name="kafka-receiver", daemon=True)
         self._thread.start()
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, TopicPartition
 
 import receiver.kafka_receiver as kafka_receiver_module
 from receiver.block import SourceRange, block_items
@@ -331,7 +331,12 @@ def test_start_offsets_win_over_committed_which_win_over_reset(cluster: FakeClus
     receiver = KafkaReceiver("fake:9092", "grp", {"src": 3}, start_offsets={("src", 0): 20})
     assignment = receiver._assignment(FakeConsumer(cluster, {}))  # type: ignore[arg-type]
     got = {(tp.topic, tp.partition): tp.offset for tp in assignment}
-    assert got == {("src", 0): 20, ("src", 1): 5, ("src", 2): OFFSET_INVALID}
+    assert got == {("src", 0): 20, ("src", 1): 5, ("src", 2): OFFSET_BEGINNING}
+    # The reset rule, resolved here: no second look at the commits before a fetch.
+    for reset, offset in (("latest", OFFSET_END), ("LARGEST", OFFSET_END),
+                          ("smallest", OFFSET_BEGINNING), ("error", OFFSET_INVALID)):
+        assignment = receiver._assignment(FakeConsumer(cluster, {}), reset)  # type: ignore[arg-type]
+        assert {(tp.topic, tp.partition): tp.offset for tp in assignment}[("src", 2)] == offset
 
 
 def test_driver_acknowledged_positions_win_over_everything(cluster: FakeCluster) -> None:
