@@ -76,7 +76,7 @@ _BLOCK_PREFIX = {v: BLOCK_CODEC.magic + bytes((v,)) for v in (1, 2, 3)}
 _FIRST_BYTE = operator.itemgetter(0)
 #: The text versions by the one tag all of a block's items must have.
 _TEXT_VERSIONS = {STR_TAG[0]: 2, VALUE_TAG[0]: 3}
-_TAG_OF_VERSION = {2: STR_TAG, 3: VALUE_TAG}
+_TAG_OF_VERSION = {version: bytes((tag,)) for tag, version in _TEXT_VERSIONS.items()}
 
 
 def joined_text(records: list[bytes]) -> tuple[int, bytes] | None:

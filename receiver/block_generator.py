@@ -30,8 +30,10 @@ import queue
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
@@ -49,40 +51,44 @@ BLOCK_OVERHEAD_BYTES = 8 * 1024 * 1024
 #: would fail, the receiver stop and be relaunched into the same burst).
 MAX_BLOCK_BYTES = KafkaWalConfig.max_record_bytes - BLOCK_OVERHEAD_BYTES
 #: Avro bytes of one record's length prefix, at most.
-RECORD_OVERHEAD = 10
+_RECORD_OVERHEAD = 10
 
 
 def item_bytes(data: Any) -> int:
     """What an item adds to a block's bytes: its length and its length prefix for
     bytes and str (the supervisor adds encoded bytes), 0 for anything else."""
     if isinstance(data, bytes | bytearray | memoryview | str):
-        return len(data) + RECORD_OVERHEAD
+        return len(data) + _RECORD_OVERHEAD
     return 0
 
 
 def encoded_bytes(records: list[bytes]) -> int:
     """``sum(item_bytes(r) for r in records)`` for records that are all bytes, summed
     in C (the supervisor's stored encodings are)."""
-    return sum(map(len, records)) + RECORD_OVERHEAD * len(records)
+    return sum(map(len, records)) + _RECORD_OVERHEAD * len(records)
+
+
+def byte_runs(sizes: list[int], cap: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` runs of items of these sizes (each >= 0), in order, each totalling
+    at most ``cap`` (an item over ``cap`` on its own is a run alone), cut greedily:
+    a run takes items until the next would pass ``cap``. Running sums and a bisect
+    per run, not a Python step per item."""
+    sums = list(accumulate(sizes))
+    runs = []
+    lo, base = 0, 0
+    while lo < len(sums):
+        hi = max(lo + 1, bisect_right(sums, base + cap, lo))
+        runs.append((lo, hi))
+        lo, base = hi, sums[hi - 1]
+    return runs
 
 
 def split_by_bytes(records: list[Any], cap: int) -> list[list[Any]]:
     """``records`` in order, cut into runs whose :func:`item_bytes` total at most
     ``cap`` (a record over ``cap`` on its own is a run alone); ``[records]`` when
     they fit together, an empty list included."""
-    parts: list[list[Any]] = []
-    part: list[Any] = []
-    size = 0
-    for r in records:
-        n = item_bytes(r)
-        if part and size + n > cap:
-            parts.append(part)
-            part, size = [], 0
-        part.append(r)
-        size += n
-    if part or not parts:
-        parts.append(part)
-    return parts
+    runs = byte_runs(list(map(item_bytes, records)), cap)
+    return [records[lo:hi] for lo, hi in runs] if len(runs) > 1 else [records]
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from bisect import bisect_right
 from collections.abc import Callable
-from itertools import accumulate, repeat
-from operator import add
 from typing import Any, cast
 
 from confluent_kafka import (
@@ -35,7 +32,7 @@ from confluent_kafka import (
 )
 
 from receiver.block import SourceRange
-from receiver.block_generator import RECORD_OVERHEAD, encoded_bytes, item_bytes
+from receiver.block_generator import byte_runs, encoded_bytes, item_bytes
 from receiver.errors import BlockGeneratorStoppedError
 from receiver.items import VALUE_TAG, encode_utf8_pair
 from receiver.receiver import Receiver
@@ -226,7 +223,7 @@ class KafkaReceiver(Receiver):
 
         Per record only librdkafka's accessors run, each in its own comprehension;
         the rest is bulk work in C over the whole batch (joins, a check for ASCII,
-        running sums, dicts built from zips): this thread's time per record bounds
+        dicts built from zips): this thread's time per record bounds
         what one receiver ingests. A batch over ``max_block_bytes`` goes to the
         generator in runs of at most that many bytes (a record over it alone),
         each with the source ranges of exactly its records, as
@@ -249,40 +246,24 @@ class KafkaReceiver(Receiver):
                 records = list(map(encode_utf8_pair, keys, values))
         except UnicodeDecodeError:
             return None
+        cap = self.supervisor.generator.config.max_block_bytes
+        runs = ([(0, len(records))] if encoded_bytes(records) <= cap  # the usual case
+                else byte_runs(list(map(item_bytes, records)), cap))
         ends: dict[tuple[str, int], int] = {}
-        for lo, hi in self._runs_by_bytes(records):
-            whole = hi - lo == len(msgs)
-            # A partition's range in a later run resumes where its previous run's
-            # ended, as _store_parts's parts do: together they span the batch.
-            source = tuple(
-                r if (r.topic, r.partition) not in ends else
-                SourceRange(r.topic, r.partition, ends[(r.topic, r.partition)], r.until_offset)
-                for r in self._source_of(msgs if whole else msgs[lo:hi]))
-            self.supervisor.push_many_encoded(records if whole else records[lo:hi], source)
+        for lo, hi in runs:
+            source = self._source_of(msgs[lo:hi], ends)
+            self.supervisor.push_many_encoded(records[lo:hi], source)
             run_ends = {(r.topic, r.partition): r.until_offset for r in source}
             self._next_offsets.update(run_ends)
             ends.update(run_ends)
         return ends
 
-    def _runs_by_bytes(self, records: list[bytes]) -> list[tuple[int, int]]:
-        """``[lo, hi)`` runs of ``records``, in order, each of at most
-        ``max_block_bytes`` as the generator counts them (a record over it alone)."""
-        cap = self.supervisor.generator.config.max_block_bytes
-        if encoded_bytes(records) <= cap:
-            return [(0, len(records))]
-        sums = list(accumulate(map(add, map(len, records), repeat(RECORD_OVERHEAD))))
-        runs = []
-        lo, base = 0, 0
-        while lo < len(records):
-            hi = max(lo + 1, bisect_right(sums, base + cap, lo))
-            runs.append((lo, hi))
-            lo, base = hi, sums[hi - 1]
-        return runs
-
-    def _source_of(self, msgs: list[Message]) -> tuple[SourceRange, ...]:
-        """The source ranges of ``msgs`` (records, no errors): per partition, its
-        first offset to the one after its last (a partition's records are in
-        offset order within a batch)."""
+    def _source_of(self, msgs: list[Message], starts: dict[tuple[str, int], int]
+                   ) -> tuple[SourceRange, ...]:
+        """The source ranges of ``msgs`` (records, no errors): per partition, from
+        its first offset, or from ``starts`` (where the batch's previous run of it
+        ended, as :meth:`_store_parts`'s parts resume), to the one after its last
+        (a partition's records are in offset order within a batch)."""
         # A record (no error) always has its topic, partition and offset.
         offsets = cast(list[int], [m.offset() for m in msgs])
         if len(self.topics) == 1:  # every record is of the one topic: key by partition
@@ -290,11 +271,12 @@ class KafkaReceiver(Receiver):
             partitions = cast(list[int], [m.partition() for m in msgs])
             first = dict(zip(reversed(partitions), reversed(offsets), strict=True))
             last = dict(zip(partitions, offsets, strict=True))
-            return tuple(SourceRange(topic, p, first[p], last[p] + 1) for p in sorted(last))
+            return tuple(SourceRange(topic, p, starts.get((topic, p), first[p]), last[p] + 1)
+                         for p in sorted(last))
         tps = cast(list[tuple[str, int]], [(m.topic(), m.partition()) for m in msgs])
         firsts = dict(zip(reversed(tps), reversed(offsets), strict=True))
         lasts = dict(zip(tps, offsets, strict=True))
-        return tuple(SourceRange(t, p, firsts[(t, p)], lasts[(t, p)] + 1)
+        return tuple(SourceRange(t, p, starts.get((t, p), firsts[(t, p)]), lasts[(t, p)] + 1)
                      for t, p in sorted(lasts))
 
     @staticmethod
