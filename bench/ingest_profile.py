@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing as mp
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, 
     from receiver import KafkaReceiver
     from receiver.driver_client import DriverClient
     from receiver.supervisor import ReceiverSupervisor
+    from receiver.text_run import TextRun
     from wal import KafkaWriteAheadLog
 
     ev: dict[str, float] = {}
@@ -106,7 +108,7 @@ def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, 
             super()._receive()
 
         @staticmethod
-        def _keyless_records(values: list[bytes | None]) -> list[bytes] | None:
+        def _keyless_records(values: list[bytes | None]) -> TextRun | list[bytes] | None:
             t1 = pc()
             records = KafkaReceiver._keyless_records(values)
             spent = pc() - t1
@@ -141,7 +143,7 @@ def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, 
             sums["encode"] += pc() - t1
             return data
 
-        def push_many_encoded(self, records: list[bytes], metadata: Any = None) -> None:
+        def push_many_encoded(self, records: Sequence[bytes], metadata: Any = None) -> None:
             t1 = pc()
             super().push_many_encoded(records, metadata)
             sums["store"] += pc() - t1
@@ -149,7 +151,7 @@ def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, 
 
         # The pusher is pipelined (begin N+1, then finish N): a block's row runs from
         # its begin to the end of its finish; encode and finish times are its own.
-        def begin_push_block(self, block_id: str, records: list[Any]) -> Any:
+        def begin_push_block(self, block_id: str, records: Sequence[Any]) -> Any:
             start, t1 = now(), pc()
             pending = super().begin_push_block(block_id, records)
             begun[block_id] = (start, pc() - t1)

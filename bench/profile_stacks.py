@@ -94,6 +94,7 @@ RULES: tuple[Rule, ...] = (
     Rule(READ, "receiver/block.py", r"decode|from_dict|block_items|_split_text"),
     Rule(BLOCKS, "receiver/items.py"),
     Rule(BLOCKS, "receiver/block.py"),
+    Rule(BLOCKS, "receiver/text_run.py"),
     Rule(BLOCKS, "receiver/block_generator.py"),
     Rule(BLOCKS, "receiver/supervisor.py"),
     Rule(BLOCKS, "receiver/rate_limiter.py"),

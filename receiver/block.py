@@ -24,12 +24,14 @@ Three versions, all written and all read:
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
 from receiver.errors import CorruptItemError
 from receiver.items import STR_TAG, VALUE_TAG, decode_items
+from receiver.text_run import TextRun
 from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import AVRO_LENGTHS, VersionedCodec, avro_long
 from walstream.errors import CorruptDataError
@@ -79,7 +81,7 @@ _TEXT_VERSIONS = {STR_TAG[0]: 2, VALUE_TAG[0]: 3}
 _TAG_OF_VERSION = {version: bytes((tag,)) for tag, version in _TEXT_VERSIONS.items()}
 
 
-def joined_text(records: list[bytes]) -> tuple[int, bytes] | None:
+def joined_text(records: Sequence[bytes]) -> tuple[int, bytes] | None:
     """The text version (2 or 3) of ``records`` (item encodings) and its ``text``:
     their bodies (UTF-8) joined by newlines; None unless there is at least one
     record, every one has the same tag, ``s`` (``str`` items: v2) or ``v``
@@ -150,7 +152,7 @@ class SourceRange:
 class Block:
     stream_id: int
     block_id: str
-    records: list[bytes]
+    records: Sequence[bytes]
     source: tuple[SourceRange, ...] = field(default=())
 
     def encode(self) -> bytes:
@@ -162,16 +164,22 @@ class Block:
         record by record, on the receiver's pushing thread
         (docs/decisions/hand-laid-avro-encoders.md). A record that
         is not bytes fails the join with ``TypeError``, as it failed fastavro.
+        A :class:`~receiver.text_run.TextRun`'s chunks go into the one join as
+        they are: its text is never built apart.
         """
-        joined = joined_text(self.records)
-        if joined is None:
-            parts = [_BLOCK_PREFIX[1], avro_long(self.stream_id), _avro_string(self.block_id)]
-            parts += _avro_bytes_array(self.records)
-        else:
+        records = self.records
+        head = [avro_long(self.stream_id), _avro_string(self.block_id)]
+        if isinstance(records, TextRun):
+            text_parts = records.text_parts()
+            text_len = records.body_bytes + records.length - 1
+            parts = [_BLOCK_PREFIX[_TEXT_VERSIONS[records.tag[0]]], *head,
+                     avro_long(records.length), avro_long(text_len), *text_parts]
+        elif (joined := joined_text(records)) is not None:
             version, text = joined
-            parts = [_BLOCK_PREFIX[version], avro_long(self.stream_id),
-                     _avro_string(self.block_id), avro_long(len(self.records)),
+            parts = [_BLOCK_PREFIX[version], *head, avro_long(len(records)),
                      avro_long(len(text)), text]
+        else:
+            parts = [_BLOCK_PREFIX[1], *head, *_avro_bytes_array(list(records))]
         if self.source:
             parts.append(avro_long(len(self.source)))
             for r in self.source:

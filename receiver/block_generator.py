@@ -31,13 +31,14 @@ import threading
 import time
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
 from receiver.rate_limiter import RateLimiter
+from receiver.text_run import TextRun
 from wal.config import KafkaWalConfig
 from walstream.errors import ConfigError
 
@@ -62,9 +63,12 @@ def item_bytes(data: Any) -> int:
     return 0
 
 
-def encoded_bytes(records: list[bytes]) -> int:
+def encoded_bytes(records: Sequence[bytes]) -> int:
     """``sum(item_bytes(r) for r in records)`` for records that are all bytes, summed
-    in C (the supervisor's stored encodings are)."""
+    in C (the supervisor's stored encodings are); for a :class:`TextRun`, from
+    its lengths without building its items."""
+    if isinstance(records, TextRun):
+        return records.body_bytes + (len(records.tag) + _RECORD_OVERHEAD) * records.length
     return sum(map(len, records)) + _RECORD_OVERHEAD * len(records)
 
 
@@ -136,7 +140,7 @@ class BlockGeneratorListener(Protocol):
 
     def on_generate_block(self, block_id: str) -> None: ...
 
-    def on_push_block(self, block_id: str, records: list[Any]) -> None: ...
+    def on_push_block(self, block_id: str, records: Sequence[Any]) -> None: ...
 
     def on_error(self, message: str, error: BaseException) -> None: ...
 
@@ -146,7 +150,7 @@ class PipelinedPushListener(Protocol):
     token; ``finish_push_block(token)`` completes it (the pusher calls it in block
     order). Together they replace ``on_push_block``."""
 
-    def begin_push_block(self, block_id: str, records: list[Any]) -> Any: ...
+    def begin_push_block(self, block_id: str, records: Sequence[Any]) -> Any: ...
 
     def finish_push_block(self, token: Any) -> None: ...
 
@@ -163,6 +167,18 @@ def new_block_id(stream_id: int) -> str:
     return f"input-{stream_id}-{uuid.uuid4().hex}"
 
 
+def _block_records(pieces: list[list[Any] | TextRun]) -> Sequence[Any]:
+    """A block's records from the pieces added since the last cut: runs of one tag
+    stay one run (their text is never split), anything else becomes one list."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if all(isinstance(p, TextRun) for p in pieces):
+        runs = cast(list[TextRun], pieces)
+        if len({r.tag for r in runs}) == 1:
+            return TextRun.concat(runs)
+    return [item for piece in pieces for item in piece]
+
+
 class BlockGenerator:
     def __init__(
         self,
@@ -175,10 +191,13 @@ class BlockGenerator:
         self.config = config or BlockGeneratorConfig()
         self._limiter = RateLimiter(self.config.rate_limit)
         self._cond = threading.Condition()
-        self._buffer: list[Any] = []
+        # What was added since the last cut, in order: lists of items and runs.
+        self._buffer: list[list[Any] | TextRun] = []
+        self._buffer_count = 0
         self._buffer_bytes = 0
         self._cut_wanted = False  # an adder waits for a block to be cut to fit its item
-        self._queue: queue.Queue[tuple[str, list[Any]] | None] = queue.Queue(self.config.queue_size)
+        self._queue: queue.Queue[tuple[str, Sequence[Any]] | None] = queue.Queue(
+            self.config.queue_size)
         self._state = _State.INITIALIZED
         self._timer = threading.Thread(target=self._timer_loop, name="block-timer", daemon=True)
         self._pusher = threading.Thread(target=self._push_loop, name="block-pusher", daemon=True)
@@ -253,7 +272,7 @@ class BlockGenerator:
         size = item_bytes(data)
         with self._cond:
             self._wait_for_room(1, size)
-            self._buffer.append(data)
+            self._append([data])
             self._buffer_bytes += size
             self.records_added += 1
             self.listener.on_add_data(data, metadata)
@@ -261,17 +280,32 @@ class BlockGenerator:
     def add_multiple_data(self, items: Iterable[Any], metadata: Any = None,
                           size: int | None = None) -> None:
         """Add items that must land in one block together (addMultipleDataWithCallback).
-        ``size``: their :func:`item_bytes` in all, when the caller counted it."""
-        batch = list(items)
+        ``size``: their :func:`item_bytes` in all, when the caller counted it. A
+        :class:`TextRun` is kept as it is (never built into its items while the
+        block holds nothing else)."""
+        batch = items if isinstance(items, TextRun) else list(items)
         self._limiter.acquire(len(batch))
         if size is None:
-            size = sum(item_bytes(d) for d in batch)
+            size = (encoded_bytes(batch) if isinstance(batch, TextRun)
+                    else sum(item_bytes(d) for d in batch))
         with self._cond:
             self._wait_for_room(len(batch), size)
-            self._buffer.extend(batch)
+            self._append(batch)
             self._buffer_bytes += size
             self.records_added += len(batch)
             self.listener.on_add_data(batch, metadata)
+
+    def _append(self, batch: list[Any] | TextRun) -> None:
+        """Buffer ``batch`` (caller holds the lock): items join the list of items at
+        the buffer's end, a run stays whole."""
+        if not batch:
+            return
+        last = self._buffer[-1] if self._buffer else None
+        if isinstance(batch, list) and isinstance(last, list):
+            last.extend(batch)
+        else:
+            self._buffer.append(batch)
+        self._buffer_count += len(batch)
 
     def add_metadata_only(self, metadata: Any) -> None:
         """Record a source position with no data (a skipped bad record), in order."""
@@ -293,7 +327,7 @@ class BlockGenerator:
                     f"({self._state.name})"
                 )
             if not self._buffer or (
-                len(self._buffer) + n <= self.config.max_block_records
+                self._buffer_count + n <= self.config.max_block_records
                 and self._buffer_bytes + size <= self.config.max_block_bytes
             ):
                 return
@@ -309,13 +343,13 @@ class BlockGenerator:
 
     # -- threads -----------------------------------------------------------------
 
-    def _cut(self) -> tuple[str, list[Any]] | None:
+    def _cut(self) -> tuple[str, Sequence[Any]] | None:
         """Swap the buffer for a new one (caller holds the lock)."""
         if not self._buffer:
             return None
         block_id = new_block_id(self.stream_id)
-        records, self._buffer = self._buffer, []
-        self._buffer_bytes, self._cut_wanted = 0, False
+        records, self._buffer = _block_records(self._buffer), []
+        self._buffer_count, self._buffer_bytes, self._cut_wanted = 0, 0, False
         self.listener.on_generate_block(block_id)
         self.blocks_generated += 1
         self._cond.notify_all()
@@ -330,7 +364,7 @@ class BlockGenerator:
                     while (
                         self._state is _State.ACTIVE
                         and time.monotonic() < next_cut
-                        and len(self._buffer) < self.config.max_block_records
+                        and self._buffer_count < self.config.max_block_records
                         and self._buffer_bytes < self.config.max_block_bytes
                         and not self._cut_wanted
                         and not self._flush_requested

@@ -36,6 +36,7 @@ from receiver.block_generator import byte_runs, encoded_bytes, item_bytes
 from receiver.errors import BlockGeneratorStoppedError
 from receiver.items import VALUE_TAG, encode_utf8_pair
 from receiver.receiver import Receiver
+from receiver.text_run import TextRun
 from walstream.errors import ConfigError
 from walstream.kafka_logging import with_logger
 
@@ -53,6 +54,16 @@ _RESET_OFFSETS = {name: offset for names, offset in (
 
 def utf8_decoder(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8")
+
+
+def _run_of(records: TextRun | list[bytes], values: list[Any], lo: int, hi: int
+            ) -> TextRun | list[bytes]:
+    """Records ``[lo, hi)`` of a batch, a run built anew from the values it joined."""
+    if isinstance(records, TextRun):
+        run = TextRun.join(VALUE_TAG, values[lo:hi])
+        assert run is not None  # a part of values that made a run
+        return run
+    return records[lo:hi]
 
 
 class _Part:
@@ -116,6 +127,8 @@ class KafkaReceiver(Receiver):
         self._next_offsets: dict[tuple[str, int], int] = {}
         self._ends_lock = threading.Lock()
         self._ends: dict[tuple[str, int], int] = {}
+        # The one partition assigned, when there is one only: every record is of it.
+        self._only_partition: tuple[str, int] | None = None
         self.undecodable = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -124,7 +137,7 @@ class KafkaReceiver(Receiver):
         state = super().__getstate__()
         # Positions handed to this process's supervisor mean nothing elsewhere.
         state.update(_consumer=None, _thread=None, _commit_lock=None, _next_offsets={},
-                     _ends_lock=None, _ends={})
+                     _ends_lock=None, _ends={}, _only_partition=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -175,7 +188,10 @@ class KafkaReceiver(Receiver):
         }
         conf["enable.auto.commit"] = False  # commits follow the driver's acknowledgement
         self._consumer = Consumer(with_logger(conf))
-        self._consumer.assign(self._assignment(self._consumer, str(conf["auto.offset.reset"])))
+        assignment = self._assignment(self._consumer, str(conf["auto.offset.reset"]))
+        self._only_partition = ((assignment[0].topic, assignment[0].partition)
+                                if len(assignment) == 1 else None)
+        self._consumer.assign(assignment)
         self._thread = threading.Thread(target=self._receive, name="kafka-receiver", daemon=True)
         self._thread.start()
 
@@ -247,12 +263,17 @@ class KafkaReceiver(Receiver):
         except UnicodeDecodeError:
             return None
         cap = self.supervisor.generator.config.max_block_bytes
-        runs = ([(0, len(records))] if encoded_bytes(records) <= cap  # the usual case
-                else byte_runs(list(map(item_bytes, records)), cap))
+        if encoded_bytes(records) <= cap:  # the usual case
+            runs = [(0, len(records))]
+        elif isinstance(records, TextRun):  # sized by the values it was joined from
+            runs = byte_runs([n + len(VALUE_TAG) for n in map(item_bytes, values)], cap)
+        else:
+            runs = byte_runs(list(map(item_bytes, records)), cap)
         ends: dict[tuple[str, int], int] = {}
         for lo, hi in runs:
             source = self._source_of(msgs[lo:hi], ends)
-            self.supervisor.push_many_encoded(records[lo:hi], source)
+            self.supervisor.push_many_encoded(
+                _run_of(records, values, lo, hi) if len(runs) > 1 else records, source)
             run_ends = {(r.topic, r.partition): r.until_offset for r in source}
             self._next_offsets.update(run_ends)
             ends.update(run_ends)
@@ -265,6 +286,10 @@ class KafkaReceiver(Receiver):
         ended, as :meth:`_store_parts`'s parts resume), to the one after its last
         (a partition's records are in offset order within a batch)."""
         # A record (no error) always has its topic, partition and offset.
+        if self._only_partition is not None:  # all of one partition: its first and last
+            key = self._only_partition
+            head, tail = cast(int, msgs[0].offset()), cast(int, msgs[-1].offset())
+            return (SourceRange(*key, starts.get(key, head), tail + 1),)
         offsets = cast(list[int], [m.offset() for m in msgs])
         if len(self.topics) == 1:  # every record is of the one topic: key by partition
             (topic,) = self.topics
@@ -280,19 +305,23 @@ class KafkaReceiver(Receiver):
                      for t, p in sorted(lasts))
 
     @staticmethod
-    def _keyless_records(values: list[bytes | None]) -> list[bytes] | None:
+    def _keyless_records(values: list[bytes | None]) -> TextRun | list[bytes] | None:
         """The item encodings of keyless records with these values (``(None, str)``
-        items), or None when a value is None (a tombstone: a pair of two Nones).
-        Raises ``UnicodeDecodeError`` when a value is not UTF-8. Joined by a
-        newline (ASCII, never inside a multi-byte sequence) the values are valid
-        UTF-8 together exactly when each one is, so one bulk check validates all."""
+        items): a :class:`TextRun` of the values joined, or their list when a value
+        holds a newline; None when a value is None (a tombstone: a pair of two
+        Nones). Raises ``UnicodeDecodeError`` when a value is not UTF-8. Joined by
+        a newline (ASCII, never inside a multi-byte sequence) the values are valid
+        UTF-8 together exactly when each one is, so one bulk check validates all,
+        and the same join is the run's text."""
         try:
             joined = b"\n".join(values)  # type: ignore[arg-type]  # None: TypeError
         except TypeError:
             return None
         if not joined.isascii():
             joined.decode("utf-8")
-        return list(map(VALUE_TAG.__add__, cast(list[bytes], values)))
+        bodies = cast(list[bytes], values)
+        run = TextRun.join(VALUE_TAG, bodies, joined)
+        return run if run is not None else list(map(VALUE_TAG.__add__, bodies))
 
     def _store_parts(self, msgs: list[Message], raw_utf8: bool) -> dict[tuple[str, int], int]:
         """Store one poll batch in parts of at most ``max_block_bytes`` each.

@@ -33,8 +33,9 @@ import threading
 from typing import Any
 
 from receiver.errors import BadRecordError, BlockGeneratorStoppedError, ReceiverError
-from receiver.items import encode_item
+from receiver.items import STR_TAG, encode_item
 from receiver.receiver import Receiver
+from receiver.text_run import TextRun
 from walstream.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -165,27 +166,33 @@ class SocketTextReceiver(Receiver):
             return
         if any(line.endswith(b"\r") for line in lines):
             lines = [line.rstrip(b"\r") for line in lines]
-        if self._raw_is_stored_form(lines):
-            records = [b"s" + line for line in lines]
+        # Lines come from a split on newlines, so none holds one: stored in their
+        # raw form they are always a run.
+        text = self._raw_stored_text(lines)
+        run = None if text is None else TextRun.join(STR_TAG, lines, text,
+                                                      split_on_newlines=True)
+        if run is not None:
+            self.supervisor.push_many_encoded(run)
         else:
-            records = [encode_item(line.decode(self.encoding, "replace")) for line in lines]
-        self.supervisor.push_many_encoded(records)
+            self.supervisor.push_many_encoded(
+                [encode_item(line.decode(self.encoding, "replace")) for line in lines])
 
-    def _raw_is_stored_form(self, lines: list[bytes]) -> bool:
-        """Whether each line's bytes are the UTF-8 of its decoded ``str``: ASCII under
-        any ASCII-compatible codec this checks for, or valid UTF-8 under UTF-8."""
+    def _raw_stored_text(self, lines: list[bytes]) -> bytes | None:
+        """The lines joined by newlines when each line's bytes are the UTF-8 of its
+        decoded ``str`` (ASCII under any ASCII-compatible codec this checks for, or
+        valid UTF-8 under UTF-8), else None."""
         if self._codec not in ("utf-8", "ascii"):
-            return False
+            return None
         joined = b"\n".join(lines)
         if joined.isascii():
-            return True
+            return joined
         if self._codec == "ascii":
-            return False
+            return None
         try:
             joined.decode("utf-8")
         except UnicodeDecodeError:
-            return False
-        return True
+            return None
+        return joined
 
     def _line_too_long(self, size: int, complete: bool = True) -> None:
         what = f"{size} bytes" if complete else f"over {size} bytes so far"

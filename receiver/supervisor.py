@@ -38,7 +38,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -49,7 +49,6 @@ from receiver.block_generator import (
     BlockGenerator,
     BlockGeneratorConfig,
     encoded_bytes,
-    item_bytes,
     new_block_id,
     split_by_bytes,
 )
@@ -68,6 +67,7 @@ from receiver.receiver import Receiver
 from receiver.registration import Registration
 from receiver.source_metadata import SourceTracker, check_source_metadata
 from receiver.states import ReceiverState
+from receiver.text_run import TextRun
 from wal.base import WriteAheadLog
 from wal.errors import WalError, WalWriteTimeoutError
 from wal.handle import RecordHandle
@@ -332,7 +332,7 @@ class ReceiverSupervisor:
             return
         self.generator.add_data(data, metadata)
 
-    def _parts(self, records: list[bytes], metadata: Any) -> list[list[bytes]]:
+    def _parts(self, records: Sequence[bytes], metadata: Any) -> list[Sequence[bytes]]:
         """``records`` cut into runs of at most ``max_block_bytes`` (a record over
         it alone). Source positions cannot be divided among several runs: the
         supervisor cannot tell which records a range or an offset belongs to (a
@@ -342,9 +342,9 @@ class ReceiverSupervisor:
         cap = self.generator.config.max_block_bytes
         if encoded_bytes(records) <= cap:  # the usual case, counted without a loop
             return [records]
-        parts = split_by_bytes(records, cap)
+        parts: list[Sequence[bytes]] = list(split_by_bytes(list(records), cap))
         if len(parts) > 1 and metadata is not None:
-            size = sum(item_bytes(r) for r in records)
+            size = encoded_bytes(records)
             raise BlockTooLargeError(
                 f"stream {self.stream_id}: {len(records)} records of {size} bytes stored "
                 f"together with source positions exceed max_block_bytes={cap}, and the "
@@ -368,14 +368,16 @@ class ReceiverSupervisor:
         for part in self._parts(encoded, metadata):
             self.generator.add_multiple_data(part, metadata)
 
-    def push_many_encoded(self, records: list[bytes], metadata: Any = None) -> None:
+    def push_many_encoded(self, records: Sequence[bytes], metadata: Any = None) -> None:
         """:meth:`push_many` for items already in their stored encoding
-        (:mod:`receiver.items`), as the Kafka receiver builds them (it cuts its
-        batches by bytes itself, with each part's own ranges); only the size limit
-        is checked."""
+        (:mod:`receiver.items`), as the Kafka and socket receivers build them (the
+        Kafka receiver cuts its batches by bytes itself, with each part's own
+        ranges), a :class:`~receiver.text_run.TextRun` included; only the size
+        limit is checked."""
         check_source_metadata(metadata)
         limit = self.config.max_record_bytes
-        if any(len(r) > limit for r in records):
+        if not (records.fits(limit) if isinstance(records, TextRun)
+                else max(map(len, records), default=0) <= limit):
             records = [d for d in (self._checked(r) for r in records) if d is not None]
         for part in self._parts(records, metadata):
             self.generator.add_multiple_data(part, metadata, encoded_bytes(part))
@@ -430,10 +432,10 @@ class ReceiverSupervisor:
     def on_generate_block(self, block_id: str) -> None:
         self._block_sources[block_id] = self._sources.take()
 
-    def on_push_block(self, block_id: str, records: list[Any]) -> None:
+    def on_push_block(self, block_id: str, records: Sequence[Any]) -> None:
         self.finish_push_block(self.begin_push_block(block_id, records))
 
-    def begin_push_block(self, block_id: str, records: list[Any]) -> PendingBlock | None:
+    def begin_push_block(self, block_id: str, records: Sequence[Any]) -> PendingBlock | None:
         """Step 1 begun (the generator's pipelined pusher): encode, start the write."""
         return self._begin(block_id, records, self._block_sources.pop(block_id, ()))
 
@@ -455,11 +457,11 @@ class ReceiverSupervisor:
 
     # -- the durability protocol -----------------------------------------------------
 
-    def _push_block(self, block_id: str, records: list[bytes],
+    def _push_block(self, block_id: str, records: Sequence[bytes],
                     source: tuple[SourceRange, ...]) -> None:
         self.finish_push_block(self._begin(block_id, records, source))
 
-    def _begin(self, block_id: str, records: list[bytes],
+    def _begin(self, block_id: str, records: Sequence[bytes],
                source: tuple[SourceRange, ...]) -> PendingBlock | None:
         if not records and not source:
             return None

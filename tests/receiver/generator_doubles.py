@@ -5,7 +5,7 @@ and run calls that may block on a thread of their own."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
@@ -15,7 +15,7 @@ from walstream.testing import WAIT_S
 class RecordingListener:
     """Records every hook call in one ordered log; ``push_hook`` may block or raise."""
 
-    def __init__(self, push_hook: Callable[[str, list[Any]], None] | None = None) -> None:
+    def __init__(self, push_hook: Callable[[str, Sequence[Any]], None] | None = None) -> None:
         self.lock = threading.Lock()
         self.log: list[tuple[str, Any, Any]] = []
         self.added: list[tuple[Any, Any]] = []
@@ -35,7 +35,7 @@ class RecordingListener:
             self.log.append(("generate", block_id, None))
             self.generated.append(block_id)
 
-    def on_push_block(self, block_id: str, records: list[Any]) -> None:
+    def on_push_block(self, block_id: str, records: Sequence[Any]) -> None:
         with self.lock:
             self.log.append(("push", block_id, None))
             self.push_attempts.append(block_id)

@@ -20,9 +20,10 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaE
 
 import receiver.kafka_receiver as kafka_receiver_module
 from receiver.block import SourceRange, block_items
-from receiver.block_generator import BlockGeneratorConfig
+from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from receiver.kafka_receiver import KafkaReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from receiver.text_run import TextRun
 from tests.receiver.doubles import FakeReporter, ranges_of
 from walstream.testing import MemoryWAL, wait_until
 
@@ -322,6 +323,44 @@ def test_keyless_records_are_stored_as_keyless_pairs_in_v3_blocks_when_they_can_
     if not mixed:
         assert versions == {3}
     no_overlap(ranges_of(reporter.blocks))
+    assert cluster.violations == [] and reporter.violations == []
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
+def test_one_assigned_partition_gets_each_batch_s_range_from_its_ends_exact_and_contiguous(
+    cluster: FakeCluster, run: Callable[..., Any], reporter: FakeReporter, wal: MemoryWAL,
+    monkeypatch: pytest.MonkeyPatch, keyed: bool,
+) -> None:
+    # One partition assigned: a batch's range is its first record's offset to the one
+    # after its last, read off the batch's two ends. Small batches make many blocks; a
+    # value with a newline in one batch sends that batch down the list path.
+    values = [f"r{i}".encode() for i in range(40)]
+    values[17] = b"two\nlines"
+    cluster.logs = {"one": {0: [(b"k" if keyed else None, v) for v in values]}}
+    batches: list[Any] = []
+    add = BlockGenerator.add_multiple_data
+
+    def recording(self: BlockGenerator, items: Any, *args: Any, **kwargs: Any) -> None:
+        batches.append(items)
+        add(self, items, *args, **kwargs)
+
+    monkeypatch.setattr(BlockGenerator, "add_multiple_data", recording)
+    receiver = KafkaReceiver("fake:9092", "grp", {"one": 1}, max_batch_records=7)
+    sup, _ = run(receiver)
+    wait_until(lambda: all_committed(cluster), what="every offset committed")
+    sup.stop("done", None)
+
+    assert receiver._only_partition == ("one", 0)
+    assert sup.error is None
+    assert reporter.reported_items() == [("k" if keyed else None, v.decode()) for v in values]
+    mine = sorted(ranges_of(reporter.blocks))
+    assert mine[0].from_offset == 0 and mine[-1].until_offset == 40
+    assert all(a.until_offset == b.from_offset for a, b in itertools.pairwise(mine))
+    # Keyless batches go to the generator as runs, except the one with the newline.
+    runs = [isinstance(b, TextRun) for b in batches]
+    assert runs == ([False] * len(batches) if keyed
+                    else [not any(b"\n" in r for r in b) for b in batches])
+    assert keyed or runs.count(False) == 1
     assert cluster.violations == [] and reporter.violations == []
 
 

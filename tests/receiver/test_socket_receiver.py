@@ -7,12 +7,14 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGeneratorConfig
+from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from receiver.socket_receiver import SocketTextReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from receiver.text_run import TextRun
 from tests.receiver.doubles import FakeReporter
 from walstream.errors import ConfigError
 from walstream.testing import MemoryWAL, wait_until
@@ -97,6 +99,28 @@ def test_many_lines_of_one_recv_arrive_whole_and_in_order(
     lines = [f"line {i} " + "w" * (i % 50) for i in range(20_000)]
     data = "\n".join(lines).encode() + b"\n"
     assert _lines_through(server, wal, reporter, data, "utf-8", len(lines)) == lines
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_lines_stored_in_their_raw_form_go_to_the_generator_as_runs_and_only_they(
+    server: tuple[socket.socket, list[socket.socket]], wal: MemoryWAL, reporter: FakeReporter,
+    monkeypatch: pytest.MonkeyPatch, encoding: str,
+) -> None:
+    # Valid UTF-8 under UTF-8 is stored as its bytes: a run. Under latin-1 the bytes
+    # of "caf\u00e9" are not its str's UTF-8, so those lines are encoded one by one.
+    batches: list[Any] = []
+    add = BlockGenerator.add_multiple_data
+
+    def recording(self: BlockGenerator, items: Any, *args: Any, **kwargs: Any) -> None:
+        batches.append(items)
+        add(self, items, *args, **kwargs)
+
+    monkeypatch.setattr(BlockGenerator, "add_multiple_data", recording)
+    lines = [f"caf\u00e9 {i}" for i in range(500)]
+    data = "\n".join(lines).encode() + b"\n"
+    got = _lines_through(server, wal, reporter, data, encoding, len(lines))
+    assert got == [line.encode().decode(encoding) for line in lines]
+    assert batches and all(isinstance(b, TextRun) == (encoding == "utf-8") for b in batches)
 
 
 def test_an_unknown_encoding_is_refused_at_construction() -> None:
