@@ -132,19 +132,36 @@ class SocketTextReceiver(Receiver):
                 continue
             if not chunk:
                 if buf and not skipping:
-                    self._store_lines([buf])
+                    self._store_text(buf)
                 return
             buf += chunk
-            *lines, buf = buf.split(b"\n")
-            if skipping and lines:  # the tail of the over-long line reported already
-                skipping = False
-                lines = lines[1:]
-            self._store_lines(lines)
+            end = buf.rfind(b"\n")
+            if end >= 0:  # complete lines: up to the last newline
+                text: bytes | None
+                text, buf = buf[:end], buf[end + 1:]
+                if skipping:  # the tail of the over-long line, reported already
+                    skipping = False
+                    first = text.find(b"\n")
+                    text = None if first < 0 else text[first + 1:]
+                if text is not None:
+                    self._store_text(text)
             if len(buf) > limit:
                 # Never hold more than the limit (plus one chunk) of a line.
                 if not skipping:
                     self._line_too_long(len(buf), complete=False)
                 skipping, buf = True, b""
+
+    def _store_text(self, text: bytes) -> None:
+        """Store the lines of ``text`` (complete lines joined by newlines) in order, in
+        one block. The usual text goes to the generator as one run, never split
+        into lines: no line can be over ``max_line_bytes`` when the whole text is
+        not, it holds no carriage return to strip, and its bytes are their lines'
+        stored form. Any other is split and stored line by line."""
+        if (len(text) <= self.max_line_bytes and b"\r" not in text
+                and self._is_stored_form(text)):
+            self.supervisor.push_many_encoded(TextRun.of_text(STR_TAG, text))
+        else:
+            self._store_lines(text.split(b"\n"))
 
     def _store_lines(self, lines: list[bytes]) -> None:
         """Store complete lines (newline removed) in order, in one block; a line over
@@ -168,31 +185,29 @@ class SocketTextReceiver(Receiver):
             lines = [line.rstrip(b"\r") for line in lines]
         # Lines come from a split on newlines, so none holds one: stored in their
         # raw form they are always a run.
-        text = self._raw_stored_text(lines)
-        run = None if text is None else TextRun.join(STR_TAG, lines, text,
-                                                      split_on_newlines=True)
-        if run is not None:
-            self.supervisor.push_many_encoded(run)
+        text = b"\n".join(lines)
+        if self._is_stored_form(text):
+            self.supervisor.push_many_encoded(TextRun.of_text(STR_TAG, text))
         else:
             self.supervisor.push_many_encoded(
                 [encode_item(line.decode(self.encoding, "replace")) for line in lines])
 
-    def _raw_stored_text(self, lines: list[bytes]) -> bytes | None:
-        """The lines joined by newlines when each line's bytes are the UTF-8 of its
-        decoded ``str`` (ASCII under any ASCII-compatible codec this checks for, or
-        valid UTF-8 under UTF-8), else None."""
+    def _is_stored_form(self, text: bytes) -> bool:
+        """Whether each line's bytes in ``text`` are the UTF-8 of its decoded ``str``:
+        ASCII under any ASCII-compatible codec this checks for, or valid UTF-8
+        under UTF-8. A newline is ASCII and never inside a multi-byte sequence, so
+        the text is valid exactly when each of its lines is."""
         if self._codec not in ("utf-8", "ascii"):
-            return None
-        joined = b"\n".join(lines)
-        if joined.isascii():
-            return joined
+            return False
+        if text.isascii():
+            return True
         if self._codec == "ascii":
-            return None
+            return False
         try:
-            joined.decode("utf-8")
+            text.decode("utf-8")
         except UnicodeDecodeError:
-            return None
-        return joined
+            return False
+        return True
 
     def _line_too_long(self, size: int, complete: bool = True) -> None:
         what = f"{size} bytes" if complete else f"over {size} bytes so far"

@@ -24,34 +24,44 @@ from receiver.items import STR_TAG, VALUE_TAG
 TEXT_TAGS = (STR_TAG, VALUE_TAG)
 
 
+def _check_tag(tag: bytes) -> None:
+    if tag not in TEXT_TAGS:
+        raise ValueError(f"not a text item tag: {tag!r}")
+
+
 @dataclass(frozen=True, eq=False)
 class TextRun(Sequence[bytes]):
     """``length`` item encodings ``tag + body``, no body holding a newline, kept as
     ``chunks``: each one or more bodies joined by newlines, in order. Build one
-    with :meth:`join` or :meth:`concat`, which establish what the fields promise."""
+    with :meth:`join`, :meth:`of_text` or :meth:`concat`, which establish what the
+    fields promise."""
 
     tag: bytes
     chunks: tuple[bytes, ...]
     length: int
 
     @classmethod
-    def join(cls, tag: bytes, bodies: list[bytes], text: bytes | None = None,
-             split_on_newlines: bool = False) -> TextRun | None:
+    def join(cls, tag: bytes, bodies: list[bytes], text: bytes | None = None
+             ) -> TextRun | None:
         """The run of the items ``tag + body`` for ``bodies`` (bytes), or None when
         there is none or a body holds a newline (it would read back as two).
-        ``text``: ``b"\\n".join(bodies)`` when the caller already has it;
-        ``split_on_newlines``: the bodies came from splitting text on newlines,
-        so none holds one (not checked again)."""
-        if tag not in TEXT_TAGS:
-            raise ValueError(f"not a text item tag: {tag!r}")
+        ``text``: ``b"\\n".join(bodies)`` when the caller already has it."""
+        _check_tag(tag)
         if not bodies:
             return None
         if text is None:
             text = b"\n".join(bodies)
         # n bodies joined hold n - 1 newlines exactly when none holds its own.
-        if not split_on_newlines and text.count(b"\n") != len(bodies) - 1:
+        if text.count(b"\n") != len(bodies) - 1:
             return None
         return cls(tag, (text,), len(bodies))
+
+    @classmethod
+    def of_text(cls, tag: bytes, text: bytes) -> TextRun:
+        """The run of the lines of ``text`` (lines joined by newlines; one line when
+        it holds none), each line a body: ``tag + line`` each."""
+        _check_tag(tag)
+        return cls(tag, (text,), text.count(b"\n") + 1)
 
     @classmethod
     def concat(cls, runs: Sequence[TextRun]) -> TextRun:

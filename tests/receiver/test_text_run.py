@@ -148,3 +148,11 @@ def test_random_runs_encode_as_their_items_and_refuse_newlines_exactly() -> None
         items = [tag + b for b in bodies]
         assert list(joined) == items and encoded_bytes(joined) == encoded_bytes(items)
         assert Block(1, "r", joined).encode() == Block(1, "r", items).encode()
+
+
+def test_a_run_of_text_has_a_line_per_newline_and_one_more() -> None:
+    run = TextRun.of_text(STR_TAG, b"a\n\nc")
+    assert len(run) == 3 and list(run) == [b"sa", b"s", b"sc"]
+    assert list(TextRun.of_text(VALUE_TAG, b"")) == [b"v"]  # one empty line
+    with pytest.raises(ValueError, match="tag"):
+        TextRun.of_text(b"k", b"x")
