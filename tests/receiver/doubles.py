@@ -14,7 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from receiver.block import Block, SourceRange
+from receiver.block_generator import BlockGenerator
 from receiver.block_info import ReceivedBlockInfo
 from receiver.items import decode_item
 from receiver.receiver import Receiver
@@ -162,3 +165,17 @@ def ranges_of(infos: list[ReceivedBlockInfo]) -> list[SourceRange]:
 
 
 Script = Callable[[ScriptReceiver], None]
+
+
+def record_generator_batches(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What every block generator is handed by ``add_multiple_data`` from now on,
+    in order, as handed (a list of items or a run), for the rest of the test."""
+    batches: list[Any] = []
+    add = BlockGenerator.add_multiple_data
+
+    def recording(self: BlockGenerator, items: Any, *args: Any, **kwargs: Any) -> None:
+        batches.append(items)
+        add(self, items, *args, **kwargs)
+
+    monkeypatch.setattr(BlockGenerator, "add_multiple_data", recording)
+    return batches

@@ -20,11 +20,11 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaE
 
 import receiver.kafka_receiver as kafka_receiver_module
 from receiver.block import SourceRange, block_items
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from receiver.block_generator import BlockGeneratorConfig
 from receiver.kafka_receiver import KafkaReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from receiver.text_run import TextRun
-from tests.receiver.doubles import FakeReporter, ranges_of
+from tests.receiver.doubles import FakeReporter, ranges_of, record_generator_batches
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -337,14 +337,7 @@ def test_one_assigned_partition_gets_each_batch_s_range_from_its_ends_exact_and_
     values = [f"r{i}".encode() for i in range(40)]
     values[17] = b"two\nlines"
     cluster.logs = {"one": {0: [(b"k" if keyed else None, v) for v in values]}}
-    batches: list[Any] = []
-    add = BlockGenerator.add_multiple_data
-
-    def recording(self: BlockGenerator, items: Any, *args: Any, **kwargs: Any) -> None:
-        batches.append(items)
-        add(self, items, *args, **kwargs)
-
-    monkeypatch.setattr(BlockGenerator, "add_multiple_data", recording)
+    batches = record_generator_batches(monkeypatch)
     receiver = KafkaReceiver("fake:9092", "grp", {"one": 1}, max_batch_records=7)
     sup, _ = run(receiver)
     wait_until(lambda: all_committed(cluster), what="every offset committed")

@@ -7,15 +7,14 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from receiver.block_generator import BlockGeneratorConfig
 from receiver.socket_receiver import SocketTextReceiver
 from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from receiver.text_run import TextRun
-from tests.receiver.doubles import FakeReporter
+from tests.receiver.doubles import FakeReporter, record_generator_batches
 from walstream.errors import ConfigError
 from walstream.testing import MemoryWAL, wait_until
 
@@ -108,14 +107,7 @@ def test_lines_stored_in_their_raw_form_go_to_the_generator_as_runs_and_only_the
 ) -> None:
     # Valid UTF-8 under UTF-8 is stored as its bytes: a run. Under latin-1 the bytes
     # of "caf\u00e9" are not its str's UTF-8, so those lines are encoded one by one.
-    batches: list[Any] = []
-    add = BlockGenerator.add_multiple_data
-
-    def recording(self: BlockGenerator, items: Any, *args: Any, **kwargs: Any) -> None:
-        batches.append(items)
-        add(self, items, *args, **kwargs)
-
-    monkeypatch.setattr(BlockGenerator, "add_multiple_data", recording)
+    batches = record_generator_batches(monkeypatch)
     lines = [f"caf\u00e9 {i}" for i in range(500)]
     data = "\n".join(lines).encode() + b"\n"
     got = _lines_through(server, wal, reporter, data, encoding, len(lines))
