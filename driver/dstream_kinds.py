@@ -8,6 +8,7 @@ from typing import Any
 
 from driver.dstream import DStream
 from driver.job_scheduler import Job
+from driver.output_writer import output_writer, writing_as
 
 
 class TransformedDStream(DStream):
@@ -177,6 +178,21 @@ class ForEachDStream(DStream):
         rdd = self._parents[0].get_or_compute(t)
         if rdd is None:
             return None
-        func = self._func
-        return Job(t, self._output_id, self._name, lambda: func(t, rdd),
+        func, writer = self._func, self._writer()
+
+        def run() -> None:
+            if writer is None:
+                func(t, rdd)
+                return
+            with writing_as(writer):  # exactly-once sinks key their output by it
+                func(t, rdd)
+
+        return Job(t, self._output_id, self._name, run,
                    f"{self._name} at output {self._output_id}")
+
+    def _writer(self) -> str | None:
+        """This output operation's writer identity (driver/output_writer.py): the
+        running engine's app id and this operation's place in the graph."""
+        engine = getattr(self._ssc, "_engine", None)
+        app_id = getattr(getattr(engine, "config", None), "app_id", None)
+        return output_writer(app_id, self._output_id) if isinstance(app_id, str) else None

@@ -18,7 +18,7 @@ from checkpoint.data import CheckpointData
 from checkpoint.files import CheckpointWriter, read_latest, write_fence
 from driver.engine_config import EngineConfig
 from driver.ha import HighAvailability
-from driver.kafka_sink import fence_sinks, kafka_sinks_of, set_sink_epoch
+from driver.kafka_sink import fence_sinks, graph_sink_writers, set_sink_epoch
 from driver.recovery import check_compatible
 from driver.warm_up import keep_warm
 from walstream.kafka_settings import settings_from_conf
@@ -126,7 +126,8 @@ class HighAvailabilityMixin:
             engine.lease_check = ha.check
             set_sink_epoch(epoch)
             steps = [time.monotonic()]
-            sinks = kafka_sinks_of(*(out._func for out in self._graph.outputs))
+            sinks = graph_sink_writers([out._func for out in self._graph.outputs],
+                                       engine.config.app_id)
             if sinks:                                                           # 2
                 fence_sinks(sinks, epoch, kafka_conf=settings_from_conf(conf),
                             timeout_s=timeout_s)

@@ -12,7 +12,9 @@ guarantee rests on (``acks=all``, idempotence, manual commits) last.
 
 Secrets: a key Spark would redact (``secret``, ``password``, ``token``,
 ``access.key`` in its name, Spark's default ``spark.redaction.regex``) is a
-secret. :func:`redacted` hides their values wherever settings are shown or
+secret, and so is every property librdkafka itself treats as sensitive
+(``ssl.key.pem``, ``ssl_key``, ``sasl.oauthbearer.config``) and the JAAS line
+that carries credentials (``sasl.jaas.config``). :func:`redacted` hides their values wherever settings are shown or
 logged, and checkpoints never hold them (a restart takes them from its own
 environment, as Spark does with ``spark.driver.*``).
 """
@@ -29,7 +31,8 @@ PREFIX = "spark.walstream.kafka."
 BOOTSTRAP_KEY = PREFIX + "bootstrapServers"
 REDACTED = "*********(redacted)"
 
-_SECRET_RE = re.compile(r"(?i)secret|password|token|access[.]key")
+_SECRET_RE = re.compile(r"(?i)secret|password|token|access[.]key|ssl[._]key[.]pem|ssl_key$"
+                        r"|sasl[.]oauthbearer[.]config|jaas")
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 #: Set by the project from other settings; naming them here would be ambiguous.
 _NOT_SETTINGS = frozenset({"bootstrap.servers", "metadata.broker.list"})

@@ -17,7 +17,7 @@ from driver.kafka_sink import (
     H_EPOCH,
     H_PART,
     H_SEQ,
-    SkippedAttempt,
+    H_WRITER,
     set_sink_epoch,
 )
 
@@ -32,14 +32,15 @@ def _ms(t: datetime.datetime) -> int:
 def test_rerun_and_torn_attempt_are_read_once(sc: Any, bootstrap: str,
                                               topic_factory: Callable[..., str]) -> None:
     topic = topic_factory("sink", partitions=2)
-    sink = KafkaSink(bootstrap, topic, partitions=2)
+    sink = KafkaSink(bootstrap, topic, partitions=2, writer="direct")
     rdd = sc.parallelize([f"w{i}" for i in range(100)], 4)
     sink(T1, rdd)
     # A task of a first run that died after some records, before its commit marker:
     torn = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for seq in range(7):
         torn.produce(topic, f"w{seq}".encode(), partition=0, headers=[
-            (H_BATCH, str(_ms(T1)).encode()), (H_PART, b"0"), (H_ATTEMPT, b"dead"),
+            (H_WRITER, b"direct"), (H_BATCH, str(_ms(T1)).encode()), (H_PART, b"0"),
+            (H_ATTEMPT, b"dead"),
             (H_SEQ, str(seq).encode())])
     assert torn.flush(30) == 0
     sink(T1, rdd)  # the batch re-run after recovery writes everything again
@@ -71,7 +72,7 @@ def test_a_record_stored_twice_is_read_once_and_its_attempt_counts(
     send(b"dup", [0, 1, 1, 2], 3)  # seq 1 stored twice
     send(b"rerun", [0, 1, 2], 3)  # a re-run of the partition already read
     assert p.flush(30) == 0
-    skipped: list[SkippedAttempt] = []
+    skipped: list[Any] = []
     got = [v for _, _, v in read_exactly_once(bootstrap, topic, on_skipped=skipped.append)]
     assert got == [b"w0", b"w1", b"w2"]
     assert [(s.attempt, s.records, s.count, s.rerun) for s in skipped] == [
@@ -81,7 +82,8 @@ def test_a_record_stored_twice_is_read_once_and_its_attempt_counts(
 def test_keys_and_values_by_function(sc: Any, bootstrap: str,
                                      topic_factory: Callable[..., str]) -> None:
     topic = topic_factory("sink-kv")
-    sink = KafkaSink(bootstrap, topic, key=lambda kv: kv[0], value=lambda kv: {"n": kv[1]})
+    sink = KafkaSink(bootstrap, topic, key=lambda kv: kv[0], value=lambda kv: {"n": kv[1]},
+                     writer="direct")
     sink(T1, sc.parallelize([("a", 1), ("b", 2)], 2))
     got = sorted((k, v) for _, k, v in read_exactly_once(bootstrap, topic))
     assert got == [(b"a", b'{"n":1}'), (b"b", b'{"n":2}')]
@@ -111,7 +113,7 @@ def test_a_sink_writes_the_epoch_set_on_the_driver(sc: Any, bootstrap: str,
     import pickle
 
     topic = topic_factory("sink-epoch", partitions=2)
-    sink = KafkaSink(bootstrap, topic, partitions=2)
+    sink = KafkaSink(bootstrap, topic, partitions=2, writer="direct")
     set_sink_epoch(6)
     try:
         sink(T1, sc.parallelize([f"w{i}" for i in range(10)], 3))

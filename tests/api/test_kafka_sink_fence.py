@@ -7,79 +7,27 @@ import functools
 import socket
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer
 
 from driver.errors import DriverError
 from driver.kafka_sink import (
-    H_ATTEMPT,
-    H_BATCH,
     H_COMMIT,
     H_EPOCH,
     H_FENCE,
-    H_PART,
-    H_SEQ,
+    H_WRITER,
     KafkaSink,
     SinkFenceError,
     SinkTopicMissingError,
-    SkippedAttempt,
     fence_sink_topic,
     fence_sinks,
     kafka_sinks_of,
-    read_exactly_once,
     set_sink_epoch,
     sink_epoch,
 )
+from tests.api.sink_helpers import B1, B2, W, Writer, raw_records, read
 from walstream.errors import ConfigError
-
-B1, B2 = 1_795_000_001_000, 1_795_000_002_000
-
-
-class Writer:
-    """Hand-written attempts and fences, as a task or a new leader would leave them."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-
-    def records(self, attempt: str, seqs: list[int], *, epoch: int | None,
-                batch: int = B1, part: int = 0, kafka_part: int = 0) -> None:
-        for seq in seqs:
-            self.producer.produce(self.topic, f"{attempt}-{seq}".encode(),
-                                  partition=kafka_part,
-                                  headers=[*self._base(attempt, epoch, batch, part),
-                                           (H_SEQ, str(seq).encode())])
-        self._sync()
-
-    def commit(self, attempt: str, count: int, *, epoch: int | None, batch: int = B1,
-               part: int = 0, kafka_part: int = 0) -> None:
-        self.producer.produce(self.topic, b"", partition=kafka_part,
-                              headers=[*self._base(attempt, epoch, batch, part),
-                                       (H_COMMIT, str(count).encode())])
-        self._sync()
-
-    def attempt(self, attempt: str, n: int, *, epoch: int | None, batch: int = B1,
-                part: int = 0, kafka_part: int = 0) -> None:
-        self.records(attempt, list(range(n)), epoch=epoch, batch=batch, part=part,
-                     kafka_part=kafka_part)
-        self.commit(attempt, n, epoch=epoch, batch=batch, part=part, kafka_part=kafka_part)
-
-    def fence_one_partition(self, epoch: int, kafka_part: int) -> None:
-        self.producer.produce(self.topic, b"", partition=kafka_part,
-                              headers=[(H_FENCE, str(epoch).encode())])
-        self._sync()
-
-    def _base(self, attempt: str, epoch: int | None, batch: int,
-              part: int) -> list[tuple[str, bytes]]:
-        base = [(H_BATCH, str(batch).encode()), (H_PART, str(part).encode()),
-                (H_ATTEMPT, attempt.encode())]
-        return base if epoch is None else [*base, (H_EPOCH, str(epoch).encode())]
-
-    def _sync(self) -> None:
-        # Each step acknowledged before the next: the partition keeps this order.
-        assert self.producer.flush(30) == 0
 
 
 @pytest.fixture
@@ -94,38 +42,6 @@ def _epoch_zero() -> Iterator[None]:
     set_sink_epoch(0)
 
 
-def read(bootstrap: str, topic: str) -> tuple[list[bytes | None], list[SkippedAttempt]]:
-    skipped: list[SkippedAttempt] = []
-    got = [v for _, _, v in read_exactly_once(bootstrap, topic, kafka_conf={},
-                                              on_skipped=skipped.append)]
-    return got, skipped
-
-
-def raw_records(bootstrap: str, topic: str) -> list[tuple[int, dict[str, bytes]]]:
-    """(partition, headers) of every record of ``topic``, read to its end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{topic}",
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    try:
-        parts = sorted(c.list_topics(topic, timeout=30).topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        out: list[tuple[int, dict[str, bytes]]] = []
-        at_end: set[int] = set()
-        while len(at_end) < len(parts):
-            msg = c.poll(30)
-            assert msg is not None, "no record or end of partition within 30 s"
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                at_end.add(int(msg.partition() or 0))
-                continue
-            at_end.discard(int(msg.partition() or 0))
-            headers: Any = msg.headers() or []  # a list of (key, value) from a Consumer
-            out.append((int(msg.partition() or 0), {k: bytes(v or b"") for k, v in headers}))
-        return out
-    finally:
-        c.close()
-
-
 def test_an_older_epoch_attempt_after_a_fence_is_void(
         bootstrap: str, topic_factory: Callable[..., str],
         writer_for: Callable[[str], Writer]) -> None:
@@ -133,7 +49,7 @@ def test_an_older_epoch_attempt_after_a_fence_is_void(
     its attempt is ignored; the new leader's attempt of the same (batch, part) is read."""
     topic = topic_factory("fence-void")
     w = writer_for(topic)
-    assert fence_sink_topic(bootstrap, topic, 2, kafka_conf={}) == 1
+    assert fence_sink_topic(bootstrap, topic, 2, W, kafka_conf={}) == 1
     w.attempt("old", 3, epoch=1)
     w.commit("old-empty", 0, epoch=1, batch=B2)  # an empty attempt: its marker is its first
     w.attempt("new", 2, epoch=2)
@@ -154,7 +70,7 @@ def test_an_attempt_started_before_the_fence_stays_valid(
     topic = topic_factory("fence-before")
     w = writer_for(topic)
     w.records("old", [0, 1], epoch=1)
-    fence_sink_topic(bootstrap, topic, 2, kafka_conf={})
+    fence_sink_topic(bootstrap, topic, 2, W, kafka_conf={})
     w.records("old", [2], epoch=1)
     w.commit("old", 3, epoch=1)
     w.attempt("new", 3, epoch=2)
@@ -169,8 +85,8 @@ def test_an_equal_or_newer_epoch_is_not_fenced(
         writer_for: Callable[[str], Writer]) -> None:
     topic = topic_factory("fence-newer")
     w = writer_for(topic)
-    fence_sink_topic(bootstrap, topic, 2, kafka_conf={})
-    fence_sink_topic(bootstrap, topic, 1, kafka_conf={})  # a late, lower fence lowers nothing
+    fence_sink_topic(bootstrap, topic, 2, W, kafka_conf={})
+    fence_sink_topic(bootstrap, topic, 1, W, kafka_conf={})  # a late, lower fence lowers nothing
     w.attempt("e1", 1, epoch=1)
     w.attempt("e2", 1, epoch=2, batch=B2)
     w.attempt("e3", 1, epoch=3, batch=B2, part=1)
@@ -191,7 +107,7 @@ def test_records_without_an_epoch_header_count_as_epoch_zero(
     got, skipped = read(bootstrap, topic)
     assert got == [b"legacy-0", b"legacy-1"]
     assert [(s.attempt, s.reason, s.epoch) for s in skipped] == [("legacy-rerun", "rerun", 0)]
-    fence_sink_topic(bootstrap, topic, 1, kafka_conf={})
+    fence_sink_topic(bootstrap, topic, 1, W, kafka_conf={})
     w.attempt("legacy-late", 1, epoch=None, batch=B2)
     w.attempt("epoch-1", 1, epoch=1, batch=B2)
     got, skipped = read(bootstrap, topic)
@@ -216,12 +132,13 @@ def test_a_fence_counts_in_its_own_partition_only(
 def test_fence_writes_one_record_per_partition(
         bootstrap: str, topic_factory: Callable[..., str]) -> None:
     topic = topic_factory("fence-multi", partitions=3)
-    assert fence_sink_topic(bootstrap, topic, 4, kafka_conf={}) == 3
-    assert KafkaSink(bootstrap, topic, partitions=3).fence(5, kafka_conf={}) == 3
+    assert fence_sink_topic(bootstrap, topic, 4, W, kafka_conf={}) == 3
+    assert KafkaSink(bootstrap, topic, partitions=3, writer=W).fence(5, kafka_conf={}) == 3
     records = raw_records(bootstrap, topic)
     assert sorted(p for p, _ in records) == [0, 0, 1, 1, 2, 2]
     assert sorted(h[H_FENCE] for _, h in records) == [b"4"] * 3 + [b"5"] * 3
-    assert all(set(h) == {H_FENCE} for _, h in records)  # no batch headers
+    assert all(set(h) == {H_FENCE, H_WRITER} and h[H_WRITER] == W.encode()
+               for _, h in records)  # no batch headers
     got, skipped = read(bootstrap, topic)
     assert got == [] and skipped == []  # fences are nobody's output
 
@@ -229,10 +146,12 @@ def test_fence_writes_one_record_per_partition(
 def test_fence_sinks_fences_every_topic_once(
         bootstrap: str, topic_factory: Callable[..., str]) -> None:
     a, b = topic_factory("fence-a", partitions=2), topic_factory("fence-b")
-    sinks = [KafkaSink(bootstrap, a, partitions=2), KafkaSink(bootstrap, b),
-             KafkaSink(bootstrap, a, value=str)]
+    sinks = [(KafkaSink(bootstrap, a, partitions=2), W), (KafkaSink(bootstrap, b), W),
+             (KafkaSink(bootstrap, a, value=str), W), (KafkaSink(bootstrap, a), "other")]
     assert fence_sinks(sinks, 3, kafka_conf={}) == {a: 2, b: 1}
-    assert sorted(p for p, _ in raw_records(bootstrap, a)) == [0, 1]
+    # One fence per partition and writer: W's twice-listed sink fences once.
+    assert sorted((p, h[H_WRITER]) for p, h in raw_records(bootstrap, a)) == [
+        (0, W.encode()), (0, b"other"), (1, W.encode()), (1, b"other")]
     assert len(raw_records(bootstrap, b)) == 1
 
 
@@ -241,7 +160,7 @@ def test_fence_of_a_missing_topic_is_a_typed_error_and_creates_nothing(
     topic = unique_name("missing")
     start = time.monotonic()
     with pytest.raises(SinkTopicMissingError) as info:
-        fence_sink_topic(bootstrap, topic, 2, kafka_conf={}, timeout_s=5)
+        fence_sink_topic(bootstrap, topic, 2, W, kafka_conf={}, timeout_s=5)
     assert time.monotonic() - start < 5 + 1
     assert info.value.topic == topic and info.value.epoch == 2
     assert isinstance(info.value, SinkFenceError) and isinstance(info.value, DriverError)
@@ -258,17 +177,17 @@ def test_fence_with_the_broker_down_fails_within_its_timeout() -> None:
         port = s.getsockname()[1]
     start = time.monotonic()
     with pytest.raises(SinkFenceError) as info:
-        fence_sink_topic(f"127.0.0.1:{port}", "out", 2, kafka_conf={}, timeout_s=1.5)
+        fence_sink_topic(f"127.0.0.1:{port}", "out", 2, W, kafka_conf={}, timeout_s=1.5)
     assert time.monotonic() - start < 1.5 + 1
     assert not isinstance(info.value, SinkTopicMissingError)
     with pytest.raises(SinkFenceError):
-        KafkaSink(f"127.0.0.1:{port}", "out").fence(2, kafka_conf={}, timeout_s=1.0)
+        KafkaSink(f"127.0.0.1:{port}", "out", writer=W).fence(2, kafka_conf={}, timeout_s=1.0)
 
 
 def test_write_partition_carries_the_epoch_on_records_and_marker(
         bootstrap: str, topic_factory: Callable[..., str]) -> None:
     topic = topic_factory("fence-write")
-    sink = KafkaSink(bootstrap, topic)
+    sink = KafkaSink(bootstrap, topic, writer=W)
     assert sink.write_partition(B1, 0, iter([b"a", b"b"]), kafka_settings={}, epoch=7) == 2
     assert sink.write_partition(B2, 0, iter([b"c"]), kafka_settings={}) == 1
     epochs = [(h.get(H_EPOCH), H_COMMIT in h) for _, h in raw_records(bootstrap, topic)]
@@ -285,11 +204,15 @@ def test_epoch_and_fence_arguments_are_checked() -> None:
             set_sink_epoch(bad)  # type: ignore[arg-type]
     assert sink_epoch() == 3
     with pytest.raises(ConfigError):
-        fence_sink_topic("127.0.0.1:1", "out", 0, kafka_conf={})
+        fence_sink_topic("127.0.0.1:1", "out", 0, W, kafka_conf={})
     with pytest.raises(ConfigError):
-        fence_sink_topic("127.0.0.1:1", "out", 1, kafka_conf={}, timeout_s=0)
+        fence_sink_topic("127.0.0.1:1", "out", 1, W, kafka_conf={}, timeout_s=0)
     with pytest.raises(ConfigError):
         fence_sinks([object()], 1, kafka_conf={})  # type: ignore[list-item]
+    with pytest.raises(ConfigError):
+        fence_sinks([(KafkaSink("k:9092", "a"), "")], 1, kafka_conf={})
+    with pytest.raises(ConfigError):
+        fence_sink_topic("127.0.0.1:1", "out", 1, "bad\nwriter", kafka_conf={})
 
 
 def test_kafka_sinks_of_finds_sinks_inside_output_functions() -> None:

@@ -192,7 +192,8 @@ def test_kafka_sink_producer(monkeypatch: pytest.MonkeyPatch) -> None:
 
     recorder = Recorder()
     monkeypatch.setattr(confluent_kafka, "Producer", recorder)
-    sink = kafka_sink.KafkaSink("broker:9092", "out", producer_config={"linger.ms": 1})
+    sink = kafka_sink.KafkaSink("broker:9092", "out", producer_config={"linger.ms": 1},
+                                writer="w")
     with pytest.raises(ClientCreatedError):
         sink.write_partition(1000, 0, iter([b"x"]), kafka_settings=SETTINGS)
     conf = recorder.only()
