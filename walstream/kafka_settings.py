@@ -14,9 +14,10 @@ Secrets: a key Spark would redact (``secret``, ``password``, ``token``,
 ``access.key`` in its name, Spark's default ``spark.redaction.regex``) is a
 secret, and so is every property librdkafka itself treats as sensitive
 (``ssl.key.pem``, ``ssl_key``, ``sasl.oauthbearer.config``) and the JAAS line
-that carries credentials (``sasl.jaas.config``). :func:`redacted` hides their values wherever settings are shown or
-logged, and checkpoints never hold them (a restart takes them from its own
-environment, as Spark does with ``spark.driver.*``).
+that carries credentials (``sasl.jaas.config``). :func:`redacted` hides their
+values wherever settings are shown or logged, and checkpoints never hold them
+(a restart takes them from its own environment, as Spark does with
+``spark.driver.*``).
 """
 
 from __future__ import annotations
