@@ -253,3 +253,42 @@ def test_a_sink_pickled_before_writer_identities_loads_without_one() -> None:
     old = KafkaSink.__new__(KafkaSink)
     old.__setstate__(state)
     assert old.writer is None
+
+
+def test_a_query_restarted_on_a_fresh_checkpoint_adds_to_what_the_topic_holds(
+        sc: Any, bootstrap: str, topic_factory: Callable[..., str], tmp_path: Any) -> None:
+    """``foreachBatch(KafkaSink)``: a query on a fresh checkpointLocation numbers its
+    micro-batches from 0 again, into a topic that holds an earlier query's batch 0;
+    it is a new writer (its query id), so both outputs are read. A restart from
+    the first checkpoint is the first query again: its new batch adds, and a
+    re-run of a batch it committed would replace."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession(sc)
+    topic = topic_factory("writers-query")
+    sink = KafkaSink(bootstrap, topic, value=lambda row: row.value)
+
+    def run(source: str, checkpoint: str, lines: list[str]) -> str:
+        folder = tmp_path / source
+        folder.mkdir(exist_ok=True)
+        (folder / f"part-{len(list(folder.iterdir()))}.txt").write_text(
+            "".join(f"{line}\n" for line in lines))
+        query = (spark.readStream.text(str(folder)).writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / checkpoint))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120), "the query did not finish its input"
+        assert query.exception() is None, query.exception()
+        return str(query.id)
+
+    first = run("in-a", "ckpt-a", [f"a{i}" for i in range(100)])
+    fresh = run("in-b", "ckpt-b", [f"b{i}" for i in range(50)])
+    again = run("in-a", "ckpt-a", [f"c{i}" for i in range(20)])  # batch 1 of the first
+    assert first == again != fresh
+    got = Counter((v or b"").decode() for _, _, v in
+                  read_exactly_once(bootstrap, topic, kafka_conf={}))
+    assert got == Counter([f"a{i}" for i in range(100)] + [f"b{i}" for i in range(50)]
+                          + [f"c{i}" for i in range(20)])
+    batches = Counter((h[H_WRITER].decode(), h[H_BATCH].decode())
+                      for _, h in raw_records(bootstrap, topic) if H_COMMIT in h)
+    assert {(w, b) for w, b in batches} == {
+        (f"query-{first}", "0"), (f"query-{fresh}", "0"), (f"query-{first}", "1")}
