@@ -58,7 +58,7 @@ from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WriteAheadLog
+from wal import BatchedWriteAheadLog, WriteAheadLog
 from wal.base import FollowGapError
 from walstream.killpoints import kill_point
 
@@ -255,29 +255,42 @@ class StreamingEngine:
         source positions back here. Between this and :meth:`start` nothing adds a
         block or allocates a batch, so a caller may read :attr:`tracker` (a restart
         chooses the batches to resubmit from its allocations).
+
+        A driver without high availability on a log that an earlier leader left at
+        epoch ``e`` >= 1 (the app ran with HA before) continues epoch ``e``: it writes
+        that epoch's log (in an older epoch's log its records would lie beyond the
+        cut every reader stops at) and stamps ``e`` on its events, and
+        :attr:`epoch` is ``e`` for the checkpoints and sinks, whose fences of ``e``
+        would void epoch 0. No leader runs alongside it: HA is off for the app.
         """
         with self._recover_lock:
             if self._tracker is not None:
                 return
-            tracker = ReceivedBlockTracker(self._stream_ids, self._driver_wal())  # replays
+            wal = self._driver_wal()
+            tracker = ReceivedBlockTracker(self._stream_ids, wal)  # replays
+            if self.config.ha is None and tracker.fence_epoch > 0:
+                epoch = tracker.fence_epoch
+                wal.resume_epoch(epoch)  # before anything is logged in this run
+                tracker.start_epoch(epoch)  # the cut of ``epoch`` is applied: adopted
+                self.epoch = epoch
+                log.warning("driver WAL %s-driver was last led in epoch %d (high "
+                            "availability is off now): this driver continues epoch %d",
+                            self.config.app_id, epoch, epoch)
             record_recovery(self.metrics, tracker, self._stream_ids)
             _dump_recovered_state(tracker)
             self._build_generator(tracker)
 
     def _driver_wal(self) -> WriteAheadLog:
-        """The driver WAL: one log, or under HA one log per lease epoch chained by
-        the cut each new leader writes (wal/epoch_chain.py), where an old leader's
-        late writes can never land before the cut."""
-        name = f"{self.config.app_id}-driver"
-        inner: WriteAheadLog
-        if self.config.ha is not None:
-            from wal.epoch_chain import EpochChainLog
+        """The driver WAL: one log per lease epoch chained by the cut each new leader
+        writes (wal/epoch_chain.py), where an old leader's late writes can never
+        land before the cut. Without HA and without links it is exactly the one
+        plain log; it is a chain all the same, so that a driver without HA reads
+        what leaders of an earlier HA run logged (:meth:`recover`)."""
+        from wal.epoch_chain import EpochChainLog
 
-            inner = EpochChainLog(self.config.bootstrap_servers, name, epoch=0,
-                                  **self.config.wal_options)
-        else:
-            inner = KafkaWriteAheadLog(self.config.bootstrap_servers, name,
-                                       **self.config.wal_options)
+        name = f"{self.config.app_id}-driver"
+        inner = EpochChainLog(self.config.bootstrap_servers, name, epoch=0,
+                              **self.config.wal_options)
         wal: WriteAheadLog = BatchedWriteAheadLog(inner)
         if self.config.metrics_enabled:
             wal = MeteredWriteAheadLog(wal, name, self.metrics)

@@ -241,10 +241,31 @@ class StreamingContext(HighAvailabilityMixin):
             else:
                 self._engine = self._build_engine(cfg)                  # 4
                 self._engine.recover()                                  # 5
+                self._continue_epoch(self._engine.epoch)
                 self._run_engine(self._recovered, conf)                 # 6, 7, 8
             self._driver_gc = PeriodicDriverGC.start_for(self._sc, conf)  # 9
             self._state = StreamingContextState.ACTIVE
             StreamingContext._active = self
+
+    def _continue_epoch(self, epoch: int) -> None:
+        """Without HA: write checkpoints and sink output in ``epoch``, the one the
+        driver WAL was last led in (0 if never), so that an app run with HA before
+        is not voided by its own earlier fences. A checkpoint directory fenced by a
+        newer epoch than the WAL's belongs to a takeover that never finished: that
+        is an error, not something to write past."""
+        from checkpoint.files import highest_fence
+        from driver.kafka_sink import set_sink_epoch
+
+        if self._checkpoint_dir is not None and self._checkpoint_writer is not None:
+            fenced = highest_fence(self._checkpoint_dir)
+            if fenced > epoch:
+                raise ConfigError(
+                    f"checkpoint directory {self._checkpoint_dir} is fenced by epoch "
+                    f"{fenced}, but the driver WAL was last led in epoch {epoch}: a "
+                    "takeover did not finish. Start the app once with "
+                    "spark.walstream.ha.enabled=true to complete it")
+            self._checkpoint_writer.epoch = epoch  # nothing is written before start
+        set_sink_epoch(epoch)
 
     def _run_engine(self, data: CheckpointData | None, conf: dict[str, str]) -> None:
         """Steps 6, 7 and 8 of :meth:`start` over the recovered engine: the graph at

@@ -79,3 +79,37 @@ def test_two_apps_copying_into_one_topic_at_once_lose_nothing(
     assert (sum(lost.values()), sum(doubled.values())) == (0, 0), (
         f"{sum(got.values())} of 5000 read; lost e.g. {sorted(lost)[:5]}, "
         f"doubled e.g. {sorted(doubled)[:5]}")
+
+
+def _run_to_end(tmp: Path, name: str, bootstrap: str, source: str, sink: str,
+                records: int, *extra: str) -> None:
+    app = _launch(tmp, name, bootstrap, source, sink, records, *extra)
+    try:
+        wait_until(lambda: app.poll() is not None, WAIT_S, f"{name} to copy and stop",
+                   details=_tail(tmp, name))
+        assert app.returncode == 0, _tail(tmp, name)()
+    finally:
+        procs.kill_group(app.pid)
+
+
+def test_an_app_run_with_ha_then_without_it_keeps_writing_as_itself(
+        bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> None:
+    """One app, one checkpoint directory: run with HA (it leads an epoch >= 1 and
+    fences its sink and checkpoints), stopped, then run without HA, then with HA
+    again. Each run is the same writer: after each, the sink holds every record
+    copied so far exactly once, and no run had a checkpoint refused."""
+    source, out = topic_factory("in"), topic_factory("out")
+    runs = [("x", ("--ha",)), ("y", ()), ("z", ("--ha",))]
+    for n, (prefix, extra) in enumerate(runs, start=1):
+        _fill(bootstrap, source, prefix, 1000)
+        _run_to_end(tmp_path, "app", bootstrap, source, out, 1000 * n, *extra)
+        got = Counter((v or b"").decode() for _, _, v in
+                      read_exactly_once(bootstrap, out, kafka_conf={}))
+        expected = Counter(f"{p}-{i}" for p, _ in runs[:n] for i in range(1000))
+        lost, doubled = expected - got, got - expected
+        assert (sum(lost.values()), sum(doubled.values())) == (0, 0), (
+            f"after run {n}: {sum(got.values())} of {1000 * n} read; lost e.g. "
+            f"{sorted(lost)[:5]}, doubled e.g. {sorted(doubled)[:5]}")
+    log_text = (tmp_path / "app.log").read_text(errors="replace")
+    assert "refused" not in log_text, _tail(tmp_path, "app")()
+    assert "this driver continues epoch 1" in log_text

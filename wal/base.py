@@ -197,6 +197,13 @@ class WriteAheadLog(ABC):
         """
         raise EpochNotSupportedError(f"{type(self).__name__} has no lease epochs")
 
+    def resume_epoch(self, epoch: int) -> None:
+        """Write lease epoch ``epoch``'s log again, without a new link: how a driver
+        without high availability continues a log an earlier leader left at
+        ``epoch`` (the newest linked epoch). Optional, as :meth:`begin_epoch`; this
+        default raises :class:`~wal.errors.EpochNotSupportedError`."""
+        raise EpochNotSupportedError(f"{type(self).__name__} has no lease epochs")
+
     def prepare_epoch(self, timeout_s: float) -> None:
         """Make a later :meth:`begin_epoch` quick: connect what it writes with now.
         A hot standby calls it while standing by. Changes nothing that a reader
@@ -247,6 +254,9 @@ class ForwardingWriteAheadLog(WriteAheadLog):
 
     def begin_epoch(self, epoch: int, follower: LogFollower) -> None:
         self.wrapped.begin_epoch(epoch, follower)
+
+    def resume_epoch(self, epoch: int) -> None:
+        self.wrapped.resume_epoch(epoch)
 
     def prepare_epoch(self, timeout_s: float) -> None:
         self.wrapped.prepare_epoch(timeout_s)

@@ -231,6 +231,13 @@ class BatchedWriteAheadLog(WriteAheadLog):
             raise WalClosedError("BatchedWriteAheadLog is closed")
         self.wrapped.begin_epoch(epoch, follower)
 
+    def resume_epoch(self, epoch: int) -> None:
+        """The wrapped log's ``resume_epoch``; as :meth:`begin_epoch`, before any write
+        through this object."""
+        if self._closed:
+            raise WalClosedError("BatchedWriteAheadLog is closed")
+        self.wrapped.resume_epoch(epoch)
+
     def prepare_epoch(self, timeout_s: float) -> None:
         self.wrapped.prepare_epoch(timeout_s)
 

@@ -155,6 +155,26 @@ class EpochChainLog(WriteAheadLog):
         log.info("WAL %s: epoch %d began; its log continues epoch %d's, read up to %s",
                  self.name, epoch, newest, dict(position.offsets))
 
+    def resume_epoch(self, epoch: int) -> None:
+        """Write ``epoch``'s log from now on, with no new link: ``epoch`` must be the
+        chain's newest linked epoch (else :class:`~wal.errors.StaleFollowerError`).
+
+        For a driver without high availability on a log an earlier leader left:
+        its records then land after that leader's in the log every reader takes
+        whole, so they count; in the older epochs' logs they would lie beyond the
+        links' ends and be dropped. Nothing else may write ``epoch``'s log then (no
+        leader runs without HA), which is the caller's to ensure."""
+        self._check_open()
+        newest = self._view.resolve(self._view.topics(self.config.read_timeout_s))[-1].epoch
+        if epoch != newest:
+            raise StaleFollowerError(f"WAL {self.name!r}: epoch {epoch} is not the chain's "
+                                     f"newest linked epoch {newest}")
+        with self._lock:
+            self._check_open()
+            self._epoch = epoch
+        log.info("WAL %s: writing epoch %d's log again (no lease: its leader is gone)",
+                 self.name, epoch)
+
     def prepare_epoch(self, timeout_s: float) -> None:
         """Connect the link writer of :meth:`begin_epoch` now (``ChainView.prepare``)."""
         self._check_open()

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
             .setAppName("copy-app").set("spark.ui.enabled", "false")
             .set("spark.walstream.kafka.bootstrapServers", args.bootstrap))
     if args.ha:
-        conf = conf.set("spark.walstream.ha.enabled", "true")
+        conf = (conf.set("spark.walstream.ha.enabled", "true")
+                .set("spark.walstream.ha.leaseTimeout", "3s"))
     SparkContext.getOrCreate(conf).setLogLevel("ERROR")
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
     ssc.start()
