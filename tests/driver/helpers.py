@@ -44,3 +44,25 @@ class CommandFollower:
             self.commands.cancel()
             return False
         return True
+
+
+def leaked_forms(secret: bytes | str) -> list[str]:
+    """Every form a leak of ``secret`` could take in a log line or a repr: the text
+    itself, its bytes' hex (either case), base64 (standard and URL-safe, with and
+    without padding), Python's repr of the bytes and their Latin-1 reading."""
+    import base64
+
+    raw = secret.encode() if isinstance(secret, str) else secret
+    forms = {raw.hex(), raw.hex().upper(), repr(raw)[2:-1], raw.decode("latin-1"),
+             base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()}
+    forms |= {f.rstrip("=") for f in forms}
+    if isinstance(secret, str):
+        forms.add(secret)
+    return sorted(f for f in forms if len(f) >= 8)
+
+
+def assert_no_leak(text: str, *secrets: bytes | str) -> None:
+    """``text`` holds none of ``secrets`` in any form :func:`leaked_forms` knows."""
+    for secret in secrets:
+        found = [f for f in leaked_forms(secret) if f in text]
+        assert not found, f"a secret leaked, as {found[0]!r}"

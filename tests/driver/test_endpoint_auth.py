@@ -20,7 +20,7 @@ from receiver.driver_client import DriverClient
 from receiver.errors import EndpointAuthError, EndpointPermissionError
 from receiver.rate_receiver import RateGeneratorReceiver
 from receiver.task import ReceiverTaskSpec
-from tests.driver.helpers import CommandFollower
+from tests.driver.helpers import CommandFollower, assert_no_leak
 from wal import RecordHandle
 from walstream.rpc import auth
 from walstream.rpc import messages as m
@@ -191,10 +191,22 @@ def test_the_endpoint_logs_refusals_without_flooding_and_never_the_token(
     secrets = (tracker.credentials.call_token, tracker.credentials.driver_key)
     session = tracker.receivers[0].session
     for r in caplog.records:
-        text = r.getMessage()
-        assert session not in text and all(s.hex() not in text for s in secrets)
-    assert session not in repr(tracker.receivers[0])
+        assert_no_leak(r.getMessage(), session, *secrets)
+    assert_no_leak(caplog.text, session, *secrets)  # formatted, with any traceback
+    assert_no_leak(repr(tracker.receivers[0]), session, *secrets)
     assert "call_token" not in repr(tracker.credentials)
+
+
+def test_the_leak_check_finds_a_token_in_every_form_a_log_line_could_take() -> None:
+    import base64
+
+    token = auth.EndpointCredentials.generate().call_token
+    for shown in (f"metadata {((auth.AUTH_METADATA_KEY, token),)}", token.hex().upper(),
+                  base64.b64encode(token).decode(), base64.urlsafe_b64encode(token).decode(),
+                  token.decode("latin-1"), token.hex()):
+        with pytest.raises(AssertionError, match="a secret leaked"):
+            assert_no_leak(f"refused a call: {shown}", token)
+    assert_no_leak("refused a call: no token", token)
 
 
 # -- session tokens ------------------------------------------------------------------------
@@ -343,7 +355,8 @@ def test_a_spec_built_beside_the_endpoint_carries_its_credentials_and_never_show
     spec = ReceiverTaskSpec(0, RateGeneratorReceiver(1.0), tracker.address, "b:1", "a-receiver-0")
     assert spec.credentials is tracker.credentials
     shown = repr(spec)
-    assert "credentials" not in shown and tracker.credentials.call_token.hex() not in shown
+    assert "credentials" not in shown
+    assert_no_leak(shown, tracker.credentials.call_token, tracker.credentials.driver_key)
     copy = pickle.loads(pickle.dumps(spec))  # what the executor gets
     assert copy.credentials == tracker.credentials
     elsewhere = ReceiverTaskSpec(0, RateGeneratorReceiver(1.0), "10.9.9.9:1", "b:1", "a-r-0")
