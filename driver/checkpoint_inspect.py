@@ -42,9 +42,9 @@ from typing import IO, Any
 
 from checkpoint.errors import CheckpointError
 from checkpoint.files import read_latest
+from driver.driver_wal import open_driver_wal
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.wal_conf import wal_options_from_conf
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.kafka_settings import PREFIX, redacted
 from walstream.progress import ProgressReporter, ProgressSnapshot
 
@@ -130,8 +130,7 @@ def inspect_checkpoint(directory: str, bootstrap_servers: str | None,
                               "KAFKA_BOOTSTRAP_SERVERS or start the embedded broker")
     conf = {**data.conf, **{PREFIX + k: v for k, v in (kafka_conf or {}).items()}}
     wal_options = wal_options_from_conf(conf)
-    wal = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{data.app_id}-driver",
-                                                  **wal_options))
+    wal = open_driver_wal(bootstrap, data.app_id, wal_options)
     # The tracker's constructor replays the WAL with its recovery; with no stream
     # ids given, every stream the log names appears.
     tracker = ReceivedBlockTracker([], wal, replay_progress=progress)

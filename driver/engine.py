@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
+from driver.driver_wal import open_driver_wal
 from driver.engine_config import EngineConfig
 from driver.ha_errors import LeaseReleasedError
 from driver.job_generator import Checkpointer, JobGenerator
@@ -45,7 +46,6 @@ from driver.listener import (
 from driver.metrics import (
     EngineMetrics,
     Live,
-    MeteredWriteAheadLog,
     ReceiverFigures,
     record_recovery,
 )
@@ -58,7 +58,7 @@ from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
 from receiver.task import ReceiverTaskSpec
-from wal import BatchedWriteAheadLog, WriteAheadLog
+from wal import WriteAheadLog
 from wal.base import FollowGapError
 from walstream.killpoints import kill_point
 
@@ -281,20 +281,14 @@ class StreamingEngine:
             self._build_generator(tracker)
 
     def _driver_wal(self) -> WriteAheadLog:
-        """The driver WAL: one log per lease epoch chained by the cut each new leader
-        writes (wal/epoch_chain.py), where an old leader's late writes can never
-        land before the cut. Without HA and without links it is exactly the one
-        plain log; it is a chain all the same, so that a driver without HA reads
-        what leaders of an earlier HA run logged (:meth:`recover`)."""
-        from wal.epoch_chain import EpochChainLog
-
-        name = f"{self.config.app_id}-driver"
-        inner = EpochChainLog(self.config.bootstrap_servers, name, epoch=0,
-                              **self.config.wal_options)
-        wal: WriteAheadLog = BatchedWriteAheadLog(inner)
-        if self.config.metrics_enabled:
-            wal = MeteredWriteAheadLog(wal, name, self.metrics)
-        return wal
+        """The driver WAL (driver/driver_wal.py): one log per lease epoch chained by
+        the cut each new leader writes, where an old leader's late writes can never
+        land before the cut; without HA and without links exactly the plain log. A
+        chain all the same, so that a driver without HA reads what leaders of an
+        earlier HA run logged (:meth:`recover`)."""
+        return open_driver_wal(self.config.bootstrap_servers, self.config.app_id,
+                               self.config.wal_options,
+                               self.metrics if self.config.metrics_enabled else None)
 
     def _build_generator(self, tracker: ReceivedBlockTracker) -> None:
         self._generator = JobGenerator(

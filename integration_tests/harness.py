@@ -11,11 +11,11 @@ from functools import partial
 from typing import Any
 
 from driver.block_rdd import block_rdd
+from driver.driver_wal import open_driver_wal
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from receiver import BlockGeneratorConfig, Receiver
 from receiver.task import ReceiverTaskSpec
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.testing import wait_until
 
 POLL_S = 0.05  # the pause between polls of a pipeline's state
@@ -29,7 +29,7 @@ class ReceiverPipeline:
         self.app = app
         ids = list(range(len(receivers)))
         self.blocks = ReceivedBlockTracker(
-            ids, BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app}-driver")))
+            ids, open_driver_wal(bootstrap, app))
         self.tracker = ReceiverTracker(self.blocks, ids)
         self.specs = [
             ReceiverTaskSpec(i, r, self.tracker.address, bootstrap, f"{app}-receiver-{i}",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.driver_wal import open_driver_wal
 from walstream import procs
 from walstream.testing import wait_until
 from walstream.testing.recovery_app import expected_counts
@@ -163,7 +164,6 @@ def _check_inspect(ckpt: Path, bootstrap: str) -> None:
     """`walstream inspect` shows what the restart will start from."""
     from checkpoint.files import checkpoint_files
     from driver.received_block_tracker import ReceivedBlockTracker
-    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
     proc = subprocess.run([sys.executable, "-m", "walstream.cli", "inspect", str(ckpt),
                            "--bootstrap", bootstrap], capture_output=True, text=True,
@@ -171,8 +171,7 @@ def _check_inspect(ckpt: Path, bootstrap: str) -> None:
     assert proc.returncode == 0, proc.stderr
     shown = json.loads(proc.stdout)
     assert shown["checkpoint_time_ms"] == checkpoint_files(ckpt)[0][0]
-    replayed = ReceivedBlockTracker([0], BatchedWriteAheadLog(
-        KafkaWriteAheadLog(bootstrap, f"{shown['app_id']}-driver")))
+    replayed = ReceivedBlockTracker([0], open_driver_wal(bootstrap, shown["app_id"]))
     try:
         assert shown["tracker"] == replayed.state().to_json()
         assert shown["positions"]["0"][0]["until_offset"] == \

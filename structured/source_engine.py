@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any
 
+from driver.driver_wal import open_driver_wal
 from driver.engine_config import EngineConfig
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
@@ -40,7 +41,6 @@ from structured import offsets
 from structured.errors import OffsetError
 from structured.options import SourceOptions
 from structured.receivers import build_receivers
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
@@ -96,8 +96,7 @@ class SourceEngine:
 
     def _start(self) -> None:
         cfg = self.config
-        wal = BatchedWriteAheadLog(KafkaWriteAheadLog(
-            cfg.bootstrap_servers, f"{cfg.app_id}-driver", **cfg.wal_options))
+        wal = open_driver_wal(cfg.bootstrap_servers, cfg.app_id, cfg.wal_options)
         self._tracker = ReceivedBlockTracker(self._ids, wal)                    # 1
         endpoint = self._endpoint = ReceiverTracker(                             # 2
             self._tracker, self._ids, cfg.endpoint_bind_host or cfg.endpoint_host,

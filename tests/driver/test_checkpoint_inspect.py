@@ -16,13 +16,14 @@ import pytest
 
 from checkpoint.files import write_checkpoint
 from driver.checkpoint_inspect import inspect_checkpoint
+from driver.driver_wal import open_driver_wal
 from driver.engine_config import EngineConfig
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.wal_conf import TOPIC_PREFIX_KEY
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
 from tests.checkpoint.helpers import make_data
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from wal import RecordHandle, WriteAheadLog
 
 _ids = itertools.count()
 
@@ -33,12 +34,11 @@ def _block(stream: int) -> ReceivedBlockInfo:
                              (SourceRange("src", stream, i * 10, (i + 1) * 10),))
 
 
-def _driver_wal(bootstrap: str, app: str, conf: dict[str, str]) -> BatchedWriteAheadLog:
+def _driver_wal(bootstrap: str, app: str, conf: dict[str, str]) -> WriteAheadLog:
     """The driver WAL as the engine opens it for an application with ``conf``."""
     cfg = EngineConfig.from_spark_conf(conf, app_id=app, batch_interval_ms=1000,
                                        bootstrap_servers=bootstrap)
-    return BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{cfg.app_id}-driver",
-                                                   **cfg.wal_options))
+    return open_driver_wal(bootstrap, cfg.app_id, cfg.wal_options)
 
 
 def _recovered(bootstrap: str, app: str, conf: dict[str, str]) -> dict[str, Any]:
@@ -119,3 +119,40 @@ def test_inspect_shows_the_fencing_cut_and_leaves_out_a_fenced_leaders_events(
     assert set(shown["tracker"]["allocated"]) == {"2000", "4000"}
     assert (shown["fence_epoch"], shown["fenced_events"]) == (2, 2)
     assert "1" not in shown["positions"] or shown["positions"]["1"] == []
+
+
+def test_inspect_reads_every_epoch_log_of_a_highly_available_app(
+        bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """Under HA each epoch writes its own log, linked to the cut it drew: inspect
+    follows the chain as the engine does, so what the leader of epoch 1 logged
+    shows (a plain log of the app's name holds epoch 0's events only)."""
+    app = unique_name("ha-app")
+    conf = {"spark.app.name": "inspect"}
+    first = ReceivedBlockTracker([0, 1], _driver_wal(bootstrap, app, conf))
+    try:
+        assert first.add_block(_block(0))
+        first.allocate_blocks_to_batch(2000)
+    finally:
+        first.stop()
+    wal = _driver_wal(bootstrap, app, conf)
+    leader = ReceivedBlockTracker([0, 1], wal)  # replays epoch 0
+    try:
+        follower = wal.follow()
+        list(follower.drain_to_end(30))  # what a takeover reads before its cut
+        wal.begin_epoch(1, follower)
+        follower.close()
+        leader.start_epoch(1)
+        assert leader.add_block(_block(1))
+        leader.allocate_blocks_to_batch(3000)
+        assert leader.add_block(_block(0))
+        expected = leader.state().to_json()
+    finally:
+        leader.stop()
+    write_checkpoint(tmp_path / "cp", make_data(3000, app_id=app, conf=conf))
+
+    shown = inspect_checkpoint(str(tmp_path / "cp"), bootstrap)
+
+    assert shown["tracker"] == expected
+    assert set(shown["tracker"]["allocated"]) == {"2000", "3000"}
+    assert shown["tracker"]["unallocated"] != {}
+    assert shown["fence_epoch"] == 1

@@ -28,6 +28,7 @@ from typing import Any
 
 from checkpoint.data import CheckpointData
 from checkpoint.files import CheckpointWriter
+from driver.driver_wal import open_driver_wal
 from driver.events import TrackerEvent
 from driver.job_generator import JobGenerator
 from driver.job_scheduler import Job, JobScheduler
@@ -35,7 +36,7 @@ from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import LocalReceiverEndpoint
 from receiver import BlockGeneratorConfig, RateGeneratorReceiver, ReceiverSupervisor
 from receiver.block import Block
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from wal import KafkaWriteAheadLog
 from walstream import killpoints
 
 
@@ -73,7 +74,7 @@ def main() -> None:
 
     tracker = DumpingTracker(
         args.state_file, [0],
-        BatchedWriteAheadLog(KafkaWriteAheadLog(args.bootstrap, f"{args.app}-driver")))
+        open_driver_wal(args.bootstrap, args.app))
     receiver_wal = KafkaWriteAheadLog(args.bootstrap, f"{args.app}-receiver-0")
     endpoint = LocalReceiverEndpoint(tracker, [0])
     supervisor = ReceiverSupervisor(RateGeneratorReceiver(rate=500, seed=3), 0, receiver_wal,
