@@ -235,6 +235,13 @@ class StreamingContext(HighAvailabilityMixin):
             conf = self._conf()
             apply_log_format(conf)  # the app's log format before anything logs
             cfg = self._engine_config(conf)                             # 3
+            if cfg.ha is not None and self._checkpoint_dir is None:
+                # A takeover re-runs the old leader's pending batches and restores its
+                # state from checkpoints: without them it would silently drop both.
+                raise ConfigError(
+                    "spark.walstream.ha.enabled=true needs a checkpoint directory "
+                    "(StreamingContext.checkpoint(dir) or getOrCreate(dir, setup)): a "
+                    "standby takes over the leader's pending batches and state from it")
             warm_up_workers(self._sc, conf)
             if cfg.ha is not None:
                 self._start_highly_available(cfg, conf)

@@ -457,3 +457,17 @@ def test_file_stream_after_restart_reads_only_new_files(
     for t, vs in _recorded(outd):  # a re-run batch must read what its first run read
         assert by_time.setdefault(t, vs) == vs, (t, by_time[t], vs)
     assert values() == [1, 2, 3, 4]  # each file in exactly one batch, none lost
+
+
+def test_high_availability_without_a_checkpoint_directory_is_refused_at_start(
+        ssc: StreamingContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A takeover restores the leader's pending batches and state from checkpoints:
+    without a directory it would drop both silently, so start() refuses."""
+    from walstream.errors import ConfigError
+
+    conf = ssc._conf()
+    monkeypatch.setattr(ssc, "_conf", lambda: {**conf, "spark.walstream.ha.enabled": "true"})
+    ssc.queueStream([ssc.sparkContext.parallelize([1])]).foreachRDD(lambda rdd: None)
+    with pytest.raises(ConfigError, match="needs a checkpoint directory"):
+        ssc.start()
+    assert StreamingContext.getActive() is None and ssc._engine is None
