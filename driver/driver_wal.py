@@ -12,7 +12,7 @@ or replay the wrong state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wal import BatchedWriteAheadLog, WriteAheadLog
@@ -29,11 +29,15 @@ def driver_wal_name(app_id: str) -> str:
 
 def open_driver_wal(bootstrap_servers: str, app_id: str,
                     wal_options: Mapping[str, Any] | None = None,
-                    metrics: EngineMetrics | None = None) -> WriteAheadLog:
+                    metrics: EngineMetrics | None = None,
+                    delete_guard: Callable[[], None] | None = None) -> WriteAheadLog:
     """``app_id``'s driver WAL: the epoch chain, its writes batched (one record a
-    group of events), metered into ``metrics`` when given. Creates no topic."""
+    group of events), metered into ``metrics`` when given; ``delete_guard`` runs
+    right before each destructive step of a clean (KafkaWriteAheadLog). Creates no
+    topic."""
     name = driver_wal_name(app_id)
-    chain = EpochChainLog(bootstrap_servers, name, epoch=0, **dict(wal_options or {}))
+    chain = EpochChainLog(bootstrap_servers, name, epoch=0, delete_guard=delete_guard,
+                          **dict(wal_options or {}))
     wal: WriteAheadLog = BatchedWriteAheadLog(chain)
     if metrics is not None:
         from driver.metrics import MeteredWriteAheadLog

@@ -288,7 +288,8 @@ class StreamingEngine:
         earlier HA run logged (:meth:`recover`)."""
         return open_driver_wal(self.config.bootstrap_servers, self.config.app_id,
                                self.config.wal_options,
-                               self.metrics if self.config.metrics_enabled else None)
+                               self.metrics if self.config.metrics_enabled else None,
+                               delete_guard=self._check_leadership)
 
     def _build_generator(self, tracker: ReceivedBlockTracker) -> None:
         self._generator = JobGenerator(
@@ -442,6 +443,7 @@ class StreamingEngine:
             credentials=self.config.endpoint_credentials(self.epoch),
             tls=self.config.endpoint_tls,
             on_figures=self._on_receiver_figures if self.config.metrics_enabled else None)
+        endpoint.leadership = self._check_leadership
         self.bus.start()                                                        # 3
         self._start_status_server()
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
@@ -462,6 +464,13 @@ class StreamingEngine:
             self._launch_receivers(endpoint)
         self.bus.post(StreamingListenerStreamingStarted(first))                 # 7
         return first
+
+    def _check_leadership(self) -> None:
+        """Raise unless this engine may act for the application now: under HA the
+        lease check (held, not released, fenced or run out); without HA, always."""
+        check = self.lease_check
+        if check is not None:
+            check()
 
     def _launch_after_first_batch(self, endpoint: ReceiverTracker) -> None:
         self.generator.first_batch_done.wait(RECEIVERS_AFTER_FIRST_BATCH_S)

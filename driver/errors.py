@@ -45,6 +45,12 @@ class ForeignBlockError(ReceiverPermissionError):
     WAL, or a source topic its stream's receiver does not declare."""
 
 
+class NotLeaderError(DriverError):
+    """This driver is not certain to lead (its lease was released, lost, fenced or
+    not renewed in time): a block report is refused, retriable, so the receiver
+    keeps its source unacknowledged and the data reaches the next leader."""
+
+
 class TrackerFencedError(DriverError):
     """The tracker's epoch is below the driver WAL's cut: a newer leader logged
     ``EpochStarted`` of a higher epoch, so every event this tracker would log is

@@ -31,7 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from driver.endpoint_limits import EndpointLimits
-from driver.errors import ReportLimitError, SessionTokenError, UnknownReceiverError
+from driver.errors import (
+    NotLeaderError,
+    ReportLimitError,
+    SessionTokenError,
+    UnknownReceiverError,
+)
 from driver.listener import (
     ReceiverEvent,
     StreamingListenerReceiverError,
@@ -107,6 +112,20 @@ class LocalReceiverEndpoint:
         self._lock = threading.Lock()
         self._listener = listener
         self._stopping = threading.Event()
+        # Raises (a lease check) unless this driver
+        # leads now; None: a driver without high availability always leads.
+        self.leadership: Callable[[], None] | None = None
+
+    def _require_leadership(self, info: ReceivedBlockInfo, when: str) -> None:
+        check = self.leadership
+        if check is None:
+            return
+        try:
+            check()
+        except Exception as exc:
+            raise NotLeaderError(f"block {info.block_id} of stream {info.stream_id} "
+                                 f"refused {when}: this driver is not certain to lead "
+                                 f"({exc}); report it to the next leader") from exc
 
     @property
     def tracker(self) -> ReceivedBlockTracker:
@@ -191,7 +210,9 @@ class LocalReceiverEndpoint:
 
     def add_block(self, info: ReceivedBlockInfo, session: str | None = None,
                   figures: BlockFigures | None = None) -> bool:
-        """True once the block is logged. Refused with nothing logged or kept:
+        """True once the block is logged. :class:`NotLeaderError` when this driver is
+        not certain to lead, before or after the log's acknowledgement (retriable:
+        the source stays unacknowledged). Refused with nothing logged or kept:
         :class:`UnknownReceiverError` for a receiver that is not registered,
         :class:`SessionTokenError` for a ``session`` that is not its stream's
         current one, :class:`ReportLimitError` for a report over :attr:`limits`,
@@ -205,7 +226,14 @@ class LocalReceiverEndpoint:
         self.limits.check_block(info)
         if binding is not None:
             binding.check(info)
+        self._require_leadership(info, "before logging")
         ok = self.block_tracker.add_block(info)
+        if ok:
+            # Checked again once the log acknowledged the block: leading now means the
+            # block was logged before this driver's lease ran out, so before any new
+            # leader could claim and cut the log; only then may the receiver
+            # acknowledge its source. Otherwise it may lie past the cut, void.
+            self._require_leadership(info, "after logging")
         if ok and figures is not None and self.on_figures is not None:
             try:
                 self.on_figures(info, sane_figures(

@@ -40,7 +40,12 @@ import grpc
 from driver.endpoint_auth import CallAuthInterceptor
 from driver.endpoint_conf import LOOPBACK, EndpointTls, host_port
 from driver.endpoint_limits import EndpointLimits
-from driver.errors import ReceiverPermissionError, ReportLimitError, UnknownReceiverError
+from driver.errors import (
+    NotLeaderError,
+    ReceiverPermissionError,
+    ReportLimitError,
+    UnknownReceiverError,
+)
 from driver.listener import StreamingListenerReceiverError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import FiguresSink, Listener, LocalReceiverEndpoint
@@ -202,7 +207,8 @@ class ReceiverTracker(LocalReceiverEndpoint):
             message = "" if ok else "the driver could not log the block"
         except ReceiverPermissionError as exc:
             self._deny(ctx, exc)
-        except (UnknownReceiverError, ReportLimitError, CorruptDataError) as exc:
+        except (UnknownReceiverError, ReportLimitError, CorruptDataError,
+                NotLeaderError) as exc:
             ok, message = False, str(exc)[:1000]
         return auth.sign_add_block(self.credentials.driver_key, block["stream_id"],
                                    req["session"], block["block_id"],

@@ -54,6 +54,7 @@ from driver.status_server import state_file_dir
 from driver.warm_up import warm_up_workers
 from walstream.broker import default_home
 from walstream.errors import ConfigError
+from walstream.killpoints import kill_point
 from walstream.log_format import apply_log_format
 
 log = logging.getLogger(__name__)
@@ -434,18 +435,32 @@ class StreamingContext(HighAvailabilityMixin):
                     self._stopped_on_error = False
                     self._sc.stop()
                 return
+            ha = self._ha
+            leading = ha is not None and ha.role == "leader"
             try:
-                # First: a leader's release lets a standby take over at once.
-                self._stop_highly_available()
+                if not leading:
+                    # A standby stops watching first: it must not take over while
+                    # it stops.
+                    self._stop_highly_available()
                 if self._driver_gc is not None:
                     self._driver_gc.stop()
                 if self._engine is not None:
                     # The checkpoint writer drains before the engine closes the WAL:
-                    # the queued checkpoints' cleanups log to it.
+                    # the queued checkpoints' cleanups log to it. The engine stops the
+                    # receivers first, so their last blocks are logged (or refused)
+                    # while this driver still leads.
                     self._engine.stop(graceful=stopGraceFully,
                                       before_close=self._stop_checkpoint_writer)
                 self._stop_checkpoint_writer()
+                if leading:
+                    # A leader releases only now: its receivers are stopped and what
+                    # they reported is in its epoch's log, before the next leader's
+                    # cut. Released earlier, their last blocks would be logged past
+                    # that cut and counted by no batch, yet acknowledged.
+                    kill_point("ha.before_release")
             finally:
+                if leading:
+                    self._stop_highly_available()
                 self._close_direct_streams()
                 self._state = StreamingContextState.STOPPED
                 if StreamingContext._active is self:

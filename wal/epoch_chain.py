@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -58,17 +58,19 @@ class EpochChainLog(WriteAheadLog):
     ``epoch`` is the epoch this object writes (0: the plain log ``name``); a new
     leader switches it with :meth:`begin_epoch`. Records written to an epoch >= 1 log
     count only once that log has its link, which :meth:`begin_epoch` writes first.
-    Options are those of :class:`~wal.KafkaWriteAheadLog` (or ``config=``), shared by
-    every epoch's log. Creating an instance creates no topic.
+    Options are those of :class:`~wal.KafkaWriteAheadLog` (or ``config=``) and its
+    ``delete_guard``, shared by every epoch's log. Creating an instance creates no topic.
     """
 
     def __init__(self, bootstrap_servers: str, name: str, epoch: int = 0,
-                 on_corrupt: CorruptHandler | None = None, **options: Any) -> None:
+                 on_corrupt: CorruptHandler | None = None,
+                 delete_guard: Callable[[], None] | None = None, **options: Any) -> None:
         self.name = validate_chain_name(name)
         log_name(name, epoch)  # validates the epoch and the name it gives
         self.bootstrap_servers = bootstrap_servers
         self.config: KafkaWalConfig = options.pop("config", None) or KafkaWalConfig(**options)
         self._on_corrupt = on_corrupt
+        self._delete_guard = delete_guard
         self._epoch = epoch
         self._lock = threading.Lock()
         self._closed = False
@@ -99,7 +101,8 @@ class EpochChainLog(WriteAheadLog):
             if wal is None:
                 wal = self._logs[epoch] = KafkaWriteAheadLog(
                     self.bootstrap_servers, log_name(self.name, epoch),
-                    on_corrupt=self._report_corrupt, config=self.config)
+                    on_corrupt=self._report_corrupt, delete_guard=self._delete_guard,
+                    config=self.config)
             return wal
 
     def _report_corrupt(self, exc: CorruptRecordError) -> None:

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -109,6 +109,12 @@ class KafkaWriteAheadLog(WriteAheadLog):
     Durability: :meth:`write` returns only after every frame of the record was
     acknowledged by all in-sync replicas (``acks=all``, idempotent producer).
     Creating an instance creates no topic; the first write does.
+
+    ``delete_guard`` (optional) is called on the cleaning thread right before each
+    destructive step of a :meth:`clean` (the threshold marker, the topic deletes)
+    and stops that clean when it raises: a highly available driver passes its lease
+    check, so data is deleted only while the lease is held at that moment, not
+    merely when the clean was asked for.
     """
 
     def __init__(
@@ -116,9 +122,11 @@ class KafkaWriteAheadLog(WriteAheadLog):
         bootstrap_servers: str,
         name: str,
         on_corrupt: CorruptHandler | None = None,
+        delete_guard: Callable[[], None] | None = None,
         **options: Any,
     ) -> None:
         self.name = validate_log_name(name)
+        self._delete_guard = delete_guard
         self.bootstrap_servers = bootstrap_servers
         self.config = options.pop("config", None) or KafkaWalConfig(**options)
         self._on_corrupt = on_corrupt
@@ -439,8 +447,10 @@ class KafkaWriteAheadLog(WriteAheadLog):
         timeout = self.config.admin_timeout_s
         segs, markers = self._layout(timeout)
         cfg = self.config
+        guard = self._delete_guard or (lambda: None)
         # Step 1: the threshold first, so no reader sees old records after step 2.
         if not markers or max(markers) < thresh:
+            guard()
             self._create_topic(segments.marker_topic(cfg.topic_prefix, self.name, thresh), timeout)
         # Step 2: whole segments whose every record is older than the threshold.
         doomed = [s.topic for s in segs if s.end_ms <= thresh]
@@ -451,6 +461,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
             # No consumer of this process may know a topic as it is deleted: librdkafka
             # crashes on the broker's answer to its Fetch (see release_topics).
             release_topics(doomed)
+            guard()
             futures = self._admin_client().delete_topics(doomed, operation_timeout=timeout)
             for topic, f in futures.items():
                 try:

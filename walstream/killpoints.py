@@ -33,6 +33,8 @@ which invariant each one tests and the tests that arm it):
 * ``ha.after_link``                       -- its driver WAL epoch linked (the cut),
   ``EpochStarted`` not logged
 * ``ha.after_epoch_started``              -- ``EpochStarted`` logged, nothing started
+* ``ha.before_release``                   -- a leader stopping: its receivers stopped
+  and drained, its lease not released yet
 * ``structured.after_commit_clean``       -- a Structured query's commit forgot its
   allocations and cleaned the logs below what later micro-batches read
 """

@@ -135,6 +135,35 @@ def test_clean_old_records_asynchronously(wal_factory: WalFactory) -> None:
     assert all(s.end_ms > 700 for s in log.segments())
 
 
+def test_a_clean_deletes_only_while_its_guard_allows_at_the_moment_of_deleting(
+        wal_factory: WalFactory) -> None:
+    """The guard runs on the cleaning thread right before the destructive steps, not
+    when the clean is asked for: a lease that runs out in between stops the delete."""
+    holds = threading.Event()
+    holds.set()
+    asked: list[str] = []
+
+    def guard() -> None:
+        asked.append(threading.current_thread().name)
+        if not holds.is_set():
+            raise RuntimeError("lease not held")
+
+    log = wal_factory(rolling_interval_ms=100, delete_guard=guard)
+    for i in range(20):
+        log.write(f"r{i}".encode(), i * 50)
+    before = [s.topic for s in log.segments()]
+    holds.clear()  # the lease runs out after the clean was asked for
+    with pytest.raises(RuntimeError, match="lease not held"):
+        log.clean(500, wait_for_completion=True)
+    assert [s.topic for s in log.segments()] == before  # nothing deleted
+    other = wal_factory(name=log.name, rolling_interval_ms=100)
+    assert len(list(other.read_all())) == 20  # no marker either: other readers see all
+    assert asked and all(name.startswith("wal-clean-") for name in asked)
+    holds.set()
+    log.clean(500, wait_for_completion=True)
+    assert all(s.end_ms > 500 for s in log.segments())
+
+
 def test_write_after_clean_of_current_segment_rolls(wal_factory: WalFactory) -> None:
     log = wal_factory(rolling_interval_ms=1000)
     log.write(b"old", 100)

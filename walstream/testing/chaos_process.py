@@ -172,14 +172,18 @@ class HAPair:
 
     def __init__(self, work: Path, bootstrap: str, sink: str, *, total: int, rate: float,
                  seed: int, direct: str = "", lease_timeout: str = "1s",
-                 batch_s: float = 1.0, env: dict[str, str] | None = None) -> None:
+                 batch_s: float = 1.0, env: dict[str, str] | None = None,
+                 kafka_receiver: bool = False) -> None:
         """``env`` is added to each process's environment (after the kill-point
-        variables are removed: a test may arm one, e.g. ``WALSTREAM_KILL_POINT_FILE``)."""
+        variables are removed: a test may arm one, e.g. ``WALSTREAM_KILL_POINT_FILE``).
+        ``kafka_receiver``: the direct topic is also read by the receiver-based Kafka
+        stream (words tagged ``k``)."""
         self.ckpt, self.out, self.logs = work / "ckpt", work / "out", work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.bootstrap, self.sink, self.direct = bootstrap, sink, direct
         self.total, self.rate, self.seed, self.lease_timeout = total, rate, seed, lease_timeout
         self.batch_s = batch_s
+        self.kafka_receiver = kafka_receiver
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = dict(env or {})
 
@@ -195,6 +199,8 @@ class HAPair:
                "--lease-timeout", self.lease_timeout, "--batch", str(self.batch_s)]
         if self.direct:
             cmd += ["--direct-topic", self.direct]
+        if self.kafka_receiver:
+            cmd += ["--kafka-receiver"]
         with open(self.logs / f"app-{len(self.procs)}.log", "ab") as err:
             p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
                                  start_new_session=True, preexec_fn=procs.die_with_parent)
@@ -342,8 +348,9 @@ def wait_for_exact(pair: HAPair, feeder: Feeder, seed: int, total: int,
                    wait_s: float) -> tuple[int, int]:
     """The end of an HA run: the direct stream's feeder done, the running totals equal
     to the input (the receiver's ``total`` seeded lines plus the feeder's words,
-    tagged ``d``; waited for, failing early on a count above the input), and the
-    KafkaSink output read exactly once. Returns the sink's (lost, doubled) words."""
+    tagged ``d``, and tagged ``k`` once more when the Kafka receiver reads them too;
+    waited for, failing early on a count above the input), and the KafkaSink output
+    read exactly once. Returns the sink's (lost, doubled) words."""
     from walstream.testing.recovery_app import expected_counts
 
     feeder.join(wait_s)
@@ -351,6 +358,8 @@ def wait_for_exact(pair: HAPair, feeder: Feeder, seed: int, total: int,
         raise AssertionError(f"the direct stream's input was not all written: {feeder.failed}")
     expected = expected_counts(seed, total)
     expected.update({f"d {w}": n for w, n in feeder.expected.items()})
+    if pair.kafka_receiver:
+        expected.update({f"k {w}": n for w, n in feeder.expected.items()})
     wait_until(lambda: pair.totals() == expected, wait_s,
                "the running totals to equal the input",
                abort=lambda: ("totals over the input" if any(

@@ -21,7 +21,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=float, default=1.0)
     ap.add_argument("--lease-timeout", default="1s")
     ap.add_argument("--direct-topic", default="")
+    ap.add_argument("--kafka-receiver", action="store_true",
+                    help="also read the direct topic through the receiver-based Kafka "
+                         "stream (its words tagged 'k')")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -70,6 +75,12 @@ def main(argv: list[str] | None = None) -> None:
                                            "auto.offset.reset": "smallest"},
                 valueDecoder=chaos_app.decode_value)
             words = words.union(direct.flatMap(lambda kv: ["d " + w for w in kv[1].split()]))
+        if args.direct_topic and args.kafka_receiver:
+            received = KafkaUtils.createStream(
+                ssc, bootstrap, "ha-app-receiver", {args.direct_topic: 1},
+                {"auto.offset.reset": "smallest"}, valueDecoder=chaos_app.decode_value)
+            words = words.union(received.flatMap(
+                lambda kv: ["k " + w for w in kv[1].split()]))
         pairs = words.map(lambda w: (w, 1))
         pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(
             KafkaSink(bootstrap, sink_topic, value=lambda kv: f"{kv[0]}\t{kv[1]}"))
@@ -98,12 +109,22 @@ def main(argv: list[str] | None = None) -> None:
     SparkContext.getOrCreate(conf).setLogLevel("ERROR")
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
     ssc.addStreamingListener(chaos_app.progress_recorder(args.out))
+    stop_asked = threading.Event()
+    # SIGTERM is a planned handover: stop gracefully (receivers stopped, what they
+    # received processed, then the lease released) and exit 0.
+    signal.signal(signal.SIGTERM, lambda *_: stop_asked.set())
     ssc.start()
     ha = ssc._ha  # the test app reports its role
     role = ha.role if ha is not None else "none"
     with open(args.out / "roles.jsonl", "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "role": role, "wall": time.time()}) + "\n")
-    ssc.awaitTermination()
+    while not stop_asked.is_set():
+        if ssc.awaitTerminationOrTimeout(0.2):
+            ssc.awaitTermination()  # raises why it stopped
+            return
+    logging.getLogger("ha_app").info("SIGTERM: stopping gracefully")
+    ssc.stop(stopSparkContext=True, stopGraceFully=True)
+    logging.getLogger("ha_app").info("stopped gracefully")
 
 
 if __name__ == "__main__":
