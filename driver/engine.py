@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from driver.batch_info import BatchInfo, ReceiverInfo
-from driver.driver_wal import open_driver_wal
+from driver.driver_wal import driver_wal_name, open_driver_wal
 from driver.engine_config import EngineConfig
 from driver.ha_errors import LeaseReleasedError
 from driver.job_generator import Checkpointer, JobGenerator
@@ -464,6 +464,18 @@ class StreamingEngine:
             self._launch_receivers(endpoint)
         self.bus.post(StreamingListenerStreamingStarted(first))                 # 7
         return first
+
+    def newest_wal_epoch(self) -> int:
+        """The newest linked epoch of the driver WAL chain (0: no link), as a claim's
+        floor: read from Kafka's topic list, not from this engine's state."""
+        from wal.epoch_chain import EpochChainLog
+
+        chain = EpochChainLog(self.config.bootstrap_servers, driver_wal_name(self.config.app_id),
+                              **self.config.wal_options)
+        try:
+            return chain.chain()[-1].epoch
+        finally:
+            chain.close()
 
     def _check_leadership(self) -> None:
         """Raise unless this engine may act for the application now: under HA the

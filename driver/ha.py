@@ -58,13 +58,17 @@ class HighAvailability:
     ``lead(epoch)`` runs takeover steps 2-5 (the context owns the graph, the
     checkpoints and the engine); ``stand_by()`` makes the engine a hot standby;
     ``on_lost(error)`` is told once when a lease this process held ended (it must
-    stop the context, on a thread of its own). Thread-safe.
+    stop the context, on a thread of its own). ``floor()`` is the highest epoch the
+    application used outside the lease log (driver WAL chain, checkpoint fences),
+    read before every claim: a claim is always above it. Thread-safe.
     """
 
     def __init__(self, config: HaConfig, bootstrap_servers: str, conf: dict[str, str],
                  lead: Callable[[int], None], stand_by: Callable[[], None],
-                 on_lost: Callable[[BaseException], None]) -> None:
+                 on_lost: Callable[[BaseException], None],
+                 floor: Callable[[], int] | None = None) -> None:
         self.config = config
+        self._floor = floor or (lambda: 0)
         self._lead = lead
         self._stand_by = stand_by
         self._on_lost = on_lost
@@ -82,7 +86,7 @@ class HighAvailability:
         leader, :meth:`lead` has run when this returns."""
         ensure_lease_topic(self.lease_config)
         self.lease = Lease(self.lease_config, on_lost=self._lost)
-        if self.lease.try_acquire():
+        if self.lease.try_acquire(self._floor()):
             self._become_leader(time.monotonic())
             return self.role
         self.role = "standby"
@@ -110,7 +114,7 @@ class HighAvailability:
                 if not view.expired:
                     continue
                 seen = time.monotonic()
-                if self.lease.try_acquire():
+                if self.lease.try_acquire(self._floor()):
                     self._become_leader(seen)
                     return
             except LeaseError as exc:

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.data import CheckpointData
-from checkpoint.files import CheckpointWriter, read_latest, write_fence
+from checkpoint.files import CheckpointWriter, highest_fence, read_latest, write_fence
 from driver.engine_config import EngineConfig
 from driver.ha import HighAvailability
 from driver.kafka_sink import fence_sinks, graph_sink_writers, set_sink_epoch
@@ -62,7 +62,7 @@ class HighAvailabilityMixin:
         self._ha = HighAvailability(
             cfg.ha, cfg.bootstrap_servers, conf,
             lead=lambda epoch: self._lead(epoch, conf), stand_by=engine.stand_by,
-            on_lost=self._on_lease_lost)
+            on_lost=self._on_lease_lost, floor=self._epoch_floor)
         role = self._ha.start()
         log.info("high availability: this driver is the %s", role)
         if role == "standby":
@@ -71,6 +71,18 @@ class HighAvailabilityMixin:
             if self._checkpoint_dir is not None:
                 threading.Thread(target=self._reload_checkpoints, args=(stop,),
                                  daemon=True, name="ha-checkpoint-reload").start()
+
+    def _epoch_floor(self) -> int:
+        """The highest epoch this application used that its lease log may have lost:
+        the newest linked epoch of its driver WAL chain and the newest checkpoint
+        fence. (Its sink fences are written by the same takeover before either, so
+        they are at most one above: a claim above the floor is at least as high.)"""
+        engine = self._engine
+        assert engine is not None
+        floor = engine.newest_wal_epoch()
+        if self._checkpoint_dir is not None:
+            floor = max(floor, highest_fence(self._checkpoint_dir))
+        return floor
 
     def _reload_checkpoints(self, stop: threading.Event) -> None:
         """While standing by, keep the newest checkpoint the leader wrote read and

@@ -43,6 +43,12 @@ class LeaseFencedError(LeaseLostError):
         )
 
 
+class LeaseLogRecreatedError(LeaseLostError):
+    """The lease log went back: a record this holder appended got an offset below
+    what it had already read, so the topic was deleted and created again. What the
+    new log says about epochs is not this holder's history; it stops leading."""
+
+
 class LeaseReleasedError(LeaseError):
     """This driver gave the lease up itself (its context is stopping): a standby may
     lead already, so nothing may be cleaned any more. Not a failure."""

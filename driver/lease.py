@@ -10,11 +10,16 @@ Who holds the lease is a pure function of the log (:func:`fold`), the same for
 every reader:
 
 - a ``CLAIM`` for epoch ``current + 1`` wins, whatever the state of the current
-  epoch; every other claim (an older epoch, the same one again, one skipping an
-  epoch) is ignored. So of two contenders that start at once and both claim
-  ``current + 1``, the one whose record the partition orders first leads, and
-  the other reads that and stands by. Epochs therefore increase by exactly one
-  per takeover.
+  epoch; so does a claim for any epoch above ``current`` while the lease is free
+  (released, or an empty log). Every other claim (an older epoch, the same one
+  again, one skipping an epoch of a lease not free) is ignored. So of two
+  contenders that start at once, the one whose record the partition orders first
+  leads, and the other reads that and stands by. Epochs only grow.
+- A contender claims ``max(current, floor) + 1``, where ``floor`` is the highest
+  epoch the application is known to have used elsewhere (its driver WAL chain,
+  its checkpoint fences): a log that lost its history (retention, a deleted or
+  recreated topic) can never hand out an epoch again. The topic is created with
+  infinite retention for the same reason.
 - a ``RENEW`` or ``RELEASE`` counts only when it names the current epoch and its
   winning holder and the epoch was not released.
 
@@ -68,6 +73,7 @@ from driver.ha_errors import (
     LeaseError,
     LeaseFencedError,
     LeaseIOError,
+    LeaseLogRecreatedError,
     LeaseLostError,
 )
 from walstream.avro_codec import VersionedCodec
@@ -187,7 +193,7 @@ def fold(state: LeaseState, offset: int, record: Mapping[str, Any]) -> tuple[Lea
     sign of life (or release) of the epoch it leaves current."""
     kind, epoch, holder = record["kind"], record["epoch"], record["holder"]
     if kind == CLAIM:
-        if epoch == state.epoch + 1:
+        if epoch == state.epoch + 1 or (state.released and epoch > state.epoch):
             return LeaseState(epoch, holder, offset, released=False), True
         return state, False
     if epoch != state.epoch or holder != state.holder or state.released:
@@ -197,14 +203,22 @@ def fold(state: LeaseState, offset: int, record: Mapping[str, Any]) -> tuple[Lea
     return state, True
 
 
+#: The lease topic keeps every record: epochs are read from it, and a log that lost
+#: its history would hand out an epoch again (see ``floor`` for the other guard).
+LEASE_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1",
+                      "cleanup.policy": "delete"}
+
+
 def ensure_lease_topic(config: LeaseConfig) -> None:
-    """Create the single-partition lease topic unless it exists (bounded)."""
+    """Create the single-partition lease topic, with infinite retention, unless it
+    exists (bounded)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(with_logger({**dict(config.kafka_settings),
                                      "bootstrap.servers": config.bootstrap_servers}))
     try:
-        futures = admin.create_topics([NewTopic(config.topic, 1, -1)],
+        futures = admin.create_topics([NewTopic(config.topic, 1, -1,
+                                                config=dict(LEASE_TOPIC_CONFIG))],
                                       request_timeout=config.io_timeout_s)
         futures[config.topic].result(timeout=config.io_timeout_s)
     except KafkaException as exc:
@@ -429,13 +443,14 @@ class Lease:
             expired = False
         return LeaseView(s, expired)
 
-    def try_acquire(self) -> bool:
+    def try_acquire(self, floor: int = 0) -> bool:
         """Claim the next epoch if the lease is free or expired; True when this
         participant holds the lease on return.
 
-        Reads the log to its end, claims ``epoch + 1`` and reads through the claim:
-        the first claim of that epoch in the log wins, so at most one contender of
-        a round returns True. Bounded by ``io_timeout`` per step."""
+        Reads the log to its end, claims ``max(epoch, floor) + 1`` and reads through
+        the claim: the first winning claim in the log wins, so at most one contender
+        of a round returns True. ``floor`` is the highest epoch the application used
+        that the log may not show (module doc). Bounded by ``io_timeout`` per step."""
         if self._closed:
             raise LeaseError("lease: closed")
         if self.held:
@@ -447,7 +462,12 @@ class Lease:
             view = self._view()
             if not view.expired:
                 return False
-            epoch = view.state.epoch + 1
+            epoch = max(view.state.epoch, floor) + 1
+            if floor > view.state.epoch:
+                log.warning("lease %s: the log is behind (its newest epoch %d, the "
+                            "application's %d, from its driver WAL and checkpoints): "
+                            "claiming epoch %d above both", self.config.topic,
+                            view.state.epoch, floor, epoch)
             sent = time.monotonic()
             offset = self._write(CLAIM, epoch, self._deadline())
             self._read_through(offset, self._deadline())
@@ -486,6 +506,11 @@ class Lease:
             sent = time.monotonic()
             deadline = min(self._deadline(), self._valid_until)
             offset = self._write(RENEW, self._epoch, deadline)
+            if offset < self._next:
+                raise LeaseLogRecreatedError(
+                    f"lease topic {self.config.topic}: a renewal was stored at offset "
+                    f"{offset}, below offset {self._next} already read: the topic was "
+                    f"recreated; epoch {self._epoch} stops leading")
             self._read_through(offset, deadline)
             self._check_log()
             self._valid_until = sent + self.config.timeout_s
@@ -505,7 +530,7 @@ class Lease:
             started = time.monotonic()
             try:
                 self._renew_once()
-            except LeaseFencedError as exc:
+            except (LeaseFencedError, LeaseLogRecreatedError) as exc:
                 self._end(exc)
                 return
             except LeaseError:

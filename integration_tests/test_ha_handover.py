@@ -34,7 +34,10 @@ def test_graceful_handovers_and_a_kill_before_the_release_lose_nothing(
     armed = tmp_path / "kill-point"
     pair = HAPair(tmp_path, bootstrap, topic_factory("handover-sink"), total=TOTAL, rate=RATE,
                   seed=SEED, direct=topic_factory("handover-direct"), lease_timeout="2s",
-                  env={"WALSTREAM_KILL_POINT_FILE": str(armed)}, kafka_receiver=True)
+                  env={"WALSTREAM_KILL_POINT_FILE": str(armed),
+                       # two receivers hold a task slot each; batches need a third
+                       "WALSTREAM_SPARK_MASTER": "local[4]"},
+                  kafka_receiver=True)
     feeder = Feeder(bootstrap, pair.direct, ChaosConfig(records=DIRECT_RECORDS,
                                                         rate=DIRECT_RATE, seed=SEED))
     try:

@@ -246,3 +246,82 @@ def test_foreign_records_in_the_lease_topic_change_nothing(
     a = make_lease("a")
     assert a.view().state == LeaseState()
     assert a.try_acquire() and a.epoch == 1
+
+
+def test_a_claim_skipping_epochs_wins_only_while_the_lease_is_free() -> None:
+    s, _ = fold(LeaseState(), 0, _rec(CLAIM, 7, "a"))  # an empty log: free
+    assert (s.epoch, s.holder, s.released) == (7, "a", False)
+    assert fold(s, 1, _rec(CLAIM, 9, "b")) == (s, False)  # held: only 8 may win
+    assert fold(s, 2, _rec(CLAIM, 7, "b")) == (s, False)
+    released, _ = fold(s, 3, _rec(RELEASE, 7, "a"))
+    s, live = fold(released, 4, _rec(CLAIM, 12, "b"))
+    assert (s.epoch, s.holder, live) == (12, "b", True)
+    assert fold(released, 5, _rec(CLAIM, 6, "b")) == (released, False)  # never back
+
+
+def test_a_claim_is_above_the_floor_when_the_log_lost_its_history(
+        make_lease: Callable[..., Lease], caplog: pytest.LogCaptureFixture) -> None:
+    """An empty lease log (retention, a recreated topic) while the application has
+    used epoch 7 elsewhere: the next claim is 8, never 1; a contender with a lower
+    floor claims below the winner and loses."""
+    a, b = make_lease("a"), make_lease("b")
+    with caplog.at_level("WARNING", logger="driver.lease"):
+        assert a.try_acquire(floor=7) and a.epoch == 8
+    assert any("the log is behind" in r.getMessage() for r in caplog.records)
+    assert not b.try_acquire(floor=3)
+    a.release()
+    assert b.try_acquire(floor=3) and b.epoch == 9  # above the log, which knows 8
+
+
+def test_the_lease_topic_keeps_its_records_forever(
+        make_lease: Callable[..., Lease], bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    topic = make_lease.config.topic  # type: ignore[attr-defined]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["retention.ms"].value == "-1"
+    assert configs["retention.bytes"].value == "-1"
+
+
+def test_a_holder_whose_lease_log_went_back_stops_leading_at_once(
+        make_lease: Callable[..., Lease]) -> None:
+    """A renewal stored below the offsets already read means the topic was deleted
+    and created again: the holder stops at that renewal, not when its hold runs out.
+    (The topic is not really deleted here: against the embedded broker, deleting a
+    topic under a live librdkafka consumer crashes the process.)"""
+    from driver.ha_errors import LeaseLogRecreatedError
+
+    a = make_lease("a")
+    lost: list[LeaseError] = []
+    a._on_lost = lost.append
+    assert a.try_acquire()
+    time.sleep(0.5)  # renewals move its reads past the first offsets
+    real_write = a._write
+    a._write = lambda kind, epoch, deadline: (real_write(kind, epoch, deadline), 0)[1]  # type: ignore[method-assign]
+    went_back = time.monotonic()
+    deadline = went_back + 5
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lost and isinstance(lost[0], LeaseLogRecreatedError), lost
+    assert time.monotonic() - went_back < a.config.timeout_s  # before the hold ran out
+    assert not a.held
+    with pytest.raises(LeaseLogRecreatedError, match="recreated"):
+        a.check()
+
+
+def test_a_lease_topic_deleted_between_runs_never_hands_out_an_epoch_again(
+        make_lease: Callable[..., Lease], bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    first = make_lease("first")
+    assert first.try_acquire() and first.epoch == 1
+    first.close()  # released, and its consumer closed: nothing reads the topic
+    topic = first.config.topic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    ensure_lease_topic(first.config)
+    second = make_lease("second")
+    # The application's floor (its driver WAL chain and checkpoints hold epoch 1).
+    assert second.try_acquire(floor=1) and second.epoch == 2
