@@ -115,10 +115,15 @@ class HighAvailabilityMixin:
 
     def _adopt(self, data: CheckpointData) -> None:
         """Make ``data`` the checkpoint to restore, once checked against this graph
-        (raises if it cannot be restored); the one held already is not checked again."""
+        (raises if it cannot be restored); the one held already is not checked again.
+
+        Held means the same content, not the same name: a batch time is
+        checkpointed twice under one name (generated, then completed, with fewer
+        pending batches and newer state), and a takeover must restore the newest
+        content the fence admits, or it re-runs done batches on state that is not
+        theirs."""
         have = self._recovered
-        if have is not None and (have.checkpoint_time_ms, have.epoch) == (
-                data.checkpoint_time_ms, data.epoch):
+        if have is not None and have == data:
             return
         check_compatible(self.recovery_view(), data)
         self._recovered = data

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from checkpoint.data import CheckpointData
-from checkpoint.files import write_checkpoint
+from checkpoint.data import CheckpointData, StateRdd
+from checkpoint.files import read_latest, write_checkpoint
 from driver import ha_context
 from driver.ha_context import HighAvailabilityMixin
 from driver.recovery import ContextView, IncompatibleGraphError
@@ -104,3 +104,21 @@ def test_a_standby_whose_graph_cannot_restore_the_leaders_checkpoint_stops_early
         stop.set()
     assert isinstance(standby.stopped[0], IncompatibleGraphError)
     assert standby._recovered is not None and standby._recovered.checkpoint_time_ms == 1000
+
+
+def test_the_second_copy_of_a_checkpoint_replaces_the_first_one_held(tmp_path: Path) -> None:
+    """A batch time is checkpointed when generated (pending) and again when
+    completed (nothing pending, newer state), under one name: a standby that held
+    the first copy takes the second, so a takeover never re-runs the done batch."""
+    generated = make_data(2000, pending_times_ms=(2000,))
+    standby = Standby(tmp_path, make_data(1000))
+    write_checkpoint(tmp_path, generated)
+    standby._adopt(read_latest(tmp_path))  # type: ignore[arg-type]
+    assert standby._recovered == generated
+    completed = make_data(2000, pending_times_ms=(), written_wall_ms=generated.written_wall_ms
+                          + 5000, state_rdds=(StateRdd("updateStateByKey#1(0)", 2000,
+                                                        "/rdds/rdd-2000-done"),))
+    write_checkpoint(tmp_path, completed)
+    standby._adopt(read_latest(tmp_path))  # type: ignore[arg-type]
+    assert standby._recovered == completed
+    assert standby._recovered.pending_times_ms == ()
