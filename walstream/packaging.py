@@ -13,8 +13,10 @@ How, and what the archive holds:
    installed here (so driver and executors agree on the wire and the WAL
    format), installed by pip as that exact list.
 3. This project's packages (``wal``, ``receiver``, ``driver``, ``checkpoint``,
-   ``walstream``), copied from where they are imported, so an editable install
-   packs what the driver runs.
+   ``structured``, ``walstream``), copied from where they are imported, so an
+   editable install packs what the driver runs: their Python sources only (no
+   checkpoint, data or other file that landed in a package folder, and not the
+   test kit).
 4. ``venv-pack`` writes the virtualenv as a relocatable ``.tar.gz``.
 
 Not in it: PySpark itself (each executor has Spark, whose Python part its
@@ -41,7 +43,7 @@ log = logging.getLogger(__name__)
 
 #: What executors import beyond the standard library and PySpark.
 EXECUTOR_DISTRIBUTIONS = ("confluent-kafka", "fastavro", "grpcio", "fsspec")
-PACKAGES = ("wal", "receiver", "driver", "checkpoint", "walstream")
+PACKAGES = ("wal", "receiver", "driver", "checkpoint", "structured", "walstream")
 #: Bounds the pip install (wheels usually come from pip's cache).
 PIP_TIMEOUT_S = 900
 
@@ -80,13 +82,23 @@ def _site_packages(env: Path) -> Path:
     return found[0]
 
 
+def _sources_only(directory: str, names: list[str]) -> set[str]:
+    """What :func:`_copy_project` leaves out of a package folder: everything but
+    Python sources and sub-packages, so that a checkpoint, data or a repository's
+    metadata that landed inside a package folder never ships; and the test kit."""
+    where = Path(directory)
+    return {n for n in names
+            if n in ("__pycache__", "testing")
+            or ((where / n).is_dir() and not (where / n / "__init__.py").is_file())
+            or ((where / n).is_file() and not n.endswith(".py"))}
+
+
 def _copy_project(site: Path) -> None:
     import importlib
 
     for name in PACKAGES:
         source = Path(importlib.import_module(name).__file__ or "").parent
-        shutil.copytree(source, site / name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "testing"))
+        shutil.copytree(source, site / name, ignore=_sources_only)
 
 
 def _link_python(env: Path, python_prefix: str) -> None:

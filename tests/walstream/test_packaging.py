@@ -23,13 +23,27 @@ from walstream.packaging import build, pinned_requirements
 REPO = Path(__file__).resolve().parents[2]
 EXECUTOR_IMPORTS = ("receiver.task", "receiver.driver_client", "wal.reader", "wal.kafka_log",
                     "driver.block_rdd", "driver.direct_stream", "driver.kafka_sink",
-                    "walstream.rpc.messages", "confluent_kafka", "fastavro", "grpc")
+                    "structured.rows", "structured.datasource", "walstream.rpc.messages",
+                    "confluent_kafka", "fastavro", "grpc")
+
+
+#: What an example run from the repository root may leave inside a package folder.
+PLANTED = (REPO / "structured" / "ckpt-of-an-example", REPO / "driver" / "data.json")
 
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pkg") / "env.tar.gz"
-    assert main(["package", "--out", str(out)]) == 0
+    checkpoint, data = PLANTED
+    checkpoint.mkdir()
+    try:
+        (checkpoint / "checkpoint-1000").write_bytes(b"state")
+        data.write_text("{}")
+        assert main(["package", "--out", str(out)]) == 0
+    finally:
+        (checkpoint / "checkpoint-1000").unlink()
+        checkpoint.rmdir()
+        data.unlink()
     assert oct(out.stat().st_mode & 0o777) == "0o644"
     where = tmp_path_factory.mktemp("executor") / "environment"
     with tarfile.open(out) as tar:
@@ -37,6 +51,14 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
         tar.extractall(where, filter="tar")
     assert not [n for n in names if "/site-packages/pyspark/" in n], "PySpark is packed"
     assert not [n for n in names if "/walstream/testing/" in n], "the test kit is packed"
+    ours = [n for n in names if "/site-packages/" in n and n.split("/site-packages/")[1]
+            .split("/")[0] in ("wal", "receiver", "driver", "checkpoint", "structured",
+                               "walstream")]
+    assert [n for n in ours if "/structured/" in n], "structured is not packed"
+    assert not [n for n in ours if n.endswith(("ckpt-of-an-example", "data.json",
+                                               "checkpoint-1000"))], "data is packed"
+    assert all(n.endswith(".py") or "." not in n.rsplit("/", 1)[-1] for n in ours), [
+        n for n in ours if not n.endswith(".py")][:5]
     return where
 
 
