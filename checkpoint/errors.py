@@ -73,3 +73,9 @@ class CorruptFenceError(CheckpointError):
     def __init__(self, message: str, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class CheckpointFallbackError(CheckpointError):
+    """The newest checkpoint cannot be restored and every older one is older than the
+    last WAL cleanup (the clean mark): restoring it could silently lack data, so
+    nothing is restored. The error names the checkpoint to repair."""

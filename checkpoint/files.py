@@ -43,8 +43,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from checkpoint.clean_mark import CLEAN_MARK_NAME, decode_mark, encode_mark
 from checkpoint.data import CheckpointData
 from checkpoint.errors import (
+    CheckpointFallbackError,
     CheckpointFencedError,
     CheckpointWriteError,
     CorruptCheckpointError,
@@ -498,9 +500,54 @@ def _warn_rejected(path: Any, ident: int, rejection: Rejection) -> None:
     log.warning("%s", rejection.describe(str(path)))
 
 
+#: Reads of one checkpoint file before it counts as unreadable, and the first
+#: wait between them (doubling): a transient error is not a reason to fall back.
+READ_TRIES = 3
+READ_BACKOFF_S = 0.2
+
+
+def write_clean_mark(directory: str | Path, checkpoint_time_ms: int) -> Any:
+    """Publish that the cleanup after checkpoint ``checkpoint_time_ms`` may delete WAL
+    data (:mod:`checkpoint.clean_mark`); call it right before that cleanup, which must
+    not run if this raises."""
+    return _write_file(directory, CLEAN_MARK_NAME,
+                       encode_mark(checkpoint_time_ms, int(time.time() * 1000)))
+
+
+def read_clean_mark(directory: str | Path) -> int | None:
+    """The checkpoint time of the newest published clean mark; None when there is
+    none. A damaged mark raises :class:`CorruptCheckpointError`: without it, no
+    fallback could be judged safe."""
+    path = _child(directory, CLEAN_MARK_NAME)
+    try:
+        raw = _read(path)
+    except FileNotFoundError:
+        return None
+    return decode_mark(raw, str(path))
+
+
+def _read_retried(path: Any) -> bytes:
+    """The file's bytes; a read error other than a missing file is retried
+    :data:`READ_TRIES` times before it is raised."""
+    wait = READ_BACKOFF_S
+    for attempt in range(1, READ_TRIES + 1):
+        try:
+            return _read(path)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise
+        except OSError as exc:
+            if attempt == READ_TRIES:
+                raise
+            log.warning("checkpoint %s: read failed (%s), trying again in %.1f s", path,
+                        exc, wait)
+            time.sleep(wait)
+            wait *= 2
+    raise AssertionError("unreachable")
+
+
 def read_latest(directory: str | Path) -> CheckpointData | None:
     """The newest eligible checkpoint that reads and validates; older ones when it
-    does not.
+    does not, but never one older than the clean mark.
 
     Eligible: by the fences of the directory (:mod:`checkpoint.fence`), a checkpoint
     of epoch ``x`` counts only if every fence of a newer epoch lists it with its
@@ -510,17 +557,28 @@ def read_latest(directory: str | Path) -> CheckpointData | None:
     are listed, so a checkpoint published after that by a fenced driver was
     published after the fence and is not listed by it.
 
+    A read error is retried (:data:`READ_TRIES`) before the file counts as
+    unreadable. Falling back past an unreadable or invalid checkpoint to an older
+    one is refused with :class:`CheckpointFallbackError` when that one is older than
+    the clean mark (:mod:`checkpoint.clean_mark`): the WALs may no longer hold what
+    it needs, and restoring it would lose data silently.
+
     A local directory another user owns or anyone may write is refused
     (:class:`UnsafeCheckpointDirError`): nothing in it is read."""
     if not is_url(directory):
         _check_private(Path(directory))
     fences = read_fences(directory)
+    mark = read_clean_mark(directory)
+    unusable: str | None = None  # the newest checkpoint that could not be restored
     for entry in checkpoint_entries(directory):
         path = entry.path
         try:
-            raw = _read(path)
+            raw = _read_retried(path)
+        except FileNotFoundError:
+            continue  # removed by retention since it was listed
         except OSError as exc:
             log.warning("checkpoint %s is unreadable, trying an older one: %s", path, exc)
+            unusable = unusable or str(path)
             continue
         if fences.judges(entry.epoch):
             ident = identity(raw)
@@ -532,16 +590,30 @@ def read_latest(directory: str | Path) -> CheckpointData | None:
             data = CheckpointData.decode(raw, str(path))
         except CorruptCheckpointError as exc:
             log.warning("checkpoint %s is unreadable, trying an older one: %s", path, exc)
+            unusable = unusable or str(path)
             continue
         if data.checkpoint_time_ms != entry.time_ms:
             log.warning("checkpoint %s holds time %d, not its name's; skipped", path,
                         data.checkpoint_time_ms)
+            unusable = unusable or str(path)
             continue
         if data.epoch != entry.epoch:
             log.warning("checkpoint %s holds epoch %d, not its name's; skipped", path,
                         data.epoch)
+            unusable = unusable or str(path)
             continue
+        if unusable is not None and mark is not None and data.checkpoint_time_ms < mark:
+            raise CheckpointFallbackError(
+                f"checkpoint {unusable} cannot be restored, and the next older one, "
+                f"{path} (batch time {data.checkpoint_time_ms}), is older than the WAL "
+                f"cleanup after checkpoint {mark}: the data it needs may be gone. "
+                f"Repair or restore {unusable}; nothing was restored")
         return data
+    if unusable is not None and mark is not None:
+        raise CheckpointFallbackError(
+            f"checkpoint {unusable} cannot be restored and no older one is usable, while "
+            f"the WALs were cleaned after checkpoint {mark}: starting empty would lose "
+            f"data. Repair or restore {unusable}")
     return None
 
 

@@ -27,7 +27,7 @@ from pyspark.storagelevel import StorageLevel
 
 from checkpoint.data import CheckpointData
 from checkpoint.errors import CheckpointFencedError
-from checkpoint.files import CheckpointWriter, prepare_directory
+from checkpoint.files import CheckpointWriter, prepare_directory, write_clean_mark
 from driver.block_rdd import union_rdds
 from driver.driver_gc import PeriodicDriverGC
 from driver.driver_streams import before_allocate, clean_driver_streams, log_ends
@@ -387,6 +387,11 @@ class StreamingContext(HighAvailabilityMixin):
                 # RDDs and recomputes the batches after them, so cleanup must keep
                 # those batches' data (the engine caps its threshold at the floor).
                 engine.keep_batches_after_ms = floor
+                # The mark first: once the cleanup runs, no checkpoint older than this
+                # one may be restored (a reader falling back past a damaged newest one
+                # would find its blocks gone); a failed mark stops the cleanup.
+                if self._checkpoint_dir is not None:
+                    write_clean_mark(self._checkpoint_dir, t)
                 on_done()
 
         writer.write(data, done)

@@ -51,10 +51,10 @@ def test_direct_stream_probe_failing_stops_context_and_await_termination_raises_
 
 def _driver_wal_events(bootstrap: str, app_id: str) -> list[Any]:
     """Every tracker event the driver WAL holds, in order."""
+    from driver.driver_wal import open_driver_wal
     from driver.events import decode_event
-    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
-    log = BatchedWriteAheadLog(KafkaWriteAheadLog(bootstrap, f"{app_id}-driver"))
+    log = open_driver_wal(bootstrap, app_id)
     try:
         return [decode_event(r) for r in log.read_all()]
     finally:
@@ -146,3 +146,7 @@ def test_graceful_stop_of_checkpointed_context_logs_last_cleanup_without_errors(
     cleanups = [e for e in _driver_wal_events(bootstrap, app_id) if isinstance(e, BatchCleanup)]
     # The last batch's cleanup drops every batch before its threshold (last - batch).
     assert cleanups and max(cleanups[-1].batch_times_ms, default=-1) == last - 2 * batch_ms
+    # The cleanup was announced first: the clean mark names the last completed batch.
+    from checkpoint.files import read_clean_mark
+
+    assert read_clean_mark(str(tmp_path / "cp")) == last
