@@ -30,11 +30,13 @@ in its subject alternative names: receivers check it.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from walstream.errors import ConfigError
+from walstream.kafka_settings import secret_from_file
 
 BIND_KEY = "spark.walstream.endpoint.bindAddress"
 HOST_KEY = "spark.walstream.endpoint.host"
@@ -94,12 +96,27 @@ def _flag(conf: Mapping[str, str], key: str) -> bool:
     return raw == "true"
 
 
+#: Spark's file form of the application secret, and the variable Spark's launcher
+#: hands it to child processes in.
+SPARK_AUTH_SECRET_FILE_KEY = "spark.authenticate.secret.file"
+SPARK_AUTH_SECRET_ENV = "_SPARK_AUTH_SECRET"
+
+
 def spark_auth_secret(conf: Mapping[str, str]) -> bytes | None:
-    """Spark's application secret (its UTF-8), when ``spark.authenticate`` is on and
-    ``spark.authenticate.secret`` is set; None otherwise (the engine generates one)."""
+    """Spark's application secret (its UTF-8), when ``spark.authenticate`` is on:
+    ``spark.authenticate.secret``, else the file ``spark.authenticate.secret.file``
+    names (as Spark reads it, so the secret need not be on a command line), else
+    the ``_SPARK_AUTH_SECRET`` environment variable; None when none is set (the
+    engine generates one). Both the secret and its file set is an error."""
     if not _flag(conf, SPARK_AUTH_KEY):
         return None
-    secret = conf.get(SPARK_AUTH_SECRET_KEY)
+    secret, path = conf.get(SPARK_AUTH_SECRET_KEY), conf.get(SPARK_AUTH_SECRET_FILE_KEY)
+    if secret and path:
+        raise ConfigError(f"set one of {SPARK_AUTH_SECRET_KEY} and "
+                          f"{SPARK_AUTH_SECRET_FILE_KEY}, not both")
+    if path:
+        secret = secret_from_file(SPARK_AUTH_SECRET_FILE_KEY, path)
+    secret = secret or os.environ.get(SPARK_AUTH_SECRET_ENV, "")
     return secret.encode("utf-8") if secret else None
 
 

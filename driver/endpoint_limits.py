@@ -107,7 +107,19 @@ class EndpointLimits:
             self.check_name("a source topic", r.topic)
 
     def truncate(self, text: str) -> str:
-        """``text`` cut to ``max_report_chars``, saying how long it was."""
+        """``text`` cut to ``max_report_chars``, saying how long it was, with every
+        control character escaped (:func:`escape_controls`)."""
         if len(text) <= self.max_report_chars:
-            return text
-        return f"{text[:self.max_report_chars]}... ({len(text) - self.max_report_chars} more chars)"
+            return escape_controls(text)
+        return escape_controls(f"{text[:self.max_report_chars]}... "
+                               f"({len(text) - self.max_report_chars} more chars)")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each character that is not printable (line breaks, escape
+    sequences, other control and separator characters) written as its Python escape,
+    so a receiver-supplied string cannot forge log lines or drive a terminal when
+    ``walstream status`` prints it. Printable text, any script, is left alone."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

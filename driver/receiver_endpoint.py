@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from driver.endpoint_limits import EndpointLimits
+from driver.endpoint_limits import EndpointLimits, escape_controls
 from driver.errors import (
     NotLeaderError,
     ReportLimitError,
@@ -144,6 +144,9 @@ class LocalReceiverEndpoint:
             self.limits.check_name("the executor id", executor_id)
         except ReportLimitError as exc:
             return Registration(False, str(exc))
+        # Kept, logged and shown (walstream status) escaped: a receiver's strings
+        # are its own, not the driver's.
+        host, executor_id = escape_controls(host), escape_controls(executor_id)
         with self._lock:
             info = self.receivers.get(stream_id)
             if self._stopping.is_set():

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
+from driver.endpoint_limits import escape_controls
 from driver.errors import DriverError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_endpoint import LocalReceiverEndpoint
@@ -215,3 +216,28 @@ def test_a_new_control_stream_supersedes_the_old_one_of_its_receiver() -> None:
         client.close()
         tracker.stop()
         blocks.stop()
+
+
+def test_receiver_strings_are_kept_and_logged_with_control_characters_escaped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A receiver's host, executor id and error text cannot forge a log line or drive
+    the terminal of whoever runs ``walstream status``."""
+    tracker = ReceivedBlockTracker([0], MemoryWAL())
+    ep = LocalReceiverEndpoint(tracker, [0])
+    forged = "h\n2026 INFO driver: receiver 0 is fine\x1b[2J\r"
+    try:
+        with caplog.at_level(logging.INFO):
+            assert ep.register_receiver(0, forged, "exec\x07\u2028").accepted
+            session = ep.receivers[0].session
+            ep.report_error(0, "bad\nline", "\x1b[31mred", session=session)
+            ep.deregister_receiver(0, "bye\r\n", "\x00", session=session)
+        info = ep.receivers[0]
+        assert info.host == "h\\n2026 INFO driver: receiver 0 is fine\\x1b[2J\\r"
+        assert info.executor_id == "exec\\x07\\u2028"
+        assert info.errors == ["bad\\nline: \\x1b[31mred"]
+        for record in caplog.records:
+            text = record.getMessage()
+            assert not any(not c.isprintable() for c in text), repr(text)
+        assert escape_controls("é-host") == "é-host"  # printable text in any script
+    finally:
+        tracker.stop()
