@@ -3,10 +3,11 @@
 ``spark.walstream.ui.port`` (default 0: a free port; -1: no server) and
 ``spark.walstream.ui.host`` (default: the receiver endpoint's bind address rule
 of :mod:`driver.endpoint_conf`, so loopback under ``local[...]``). The server is
-the standard library's, on a daemon thread, and bounded: at most
-:data:`MAX_CONCURRENT` requests are served at once (more are answered 503
-straight away) and a client that sends nothing is dropped after
-:data:`REQUEST_TIMEOUT_S`. Nothing it serves loads anything from elsewhere.
+:class:`walstream.bounded_http.BoundedHttpServer` with :data:`LIMITS`: a peer that
+opens connections and never speaks, or dribbles its request, costs no thread and
+is closed at the request deadline or when a newer connection needs the room, so
+a scrape is answered whatever else holds the port. Nothing it serves loads
+anything from elsewhere.
 
 While it runs, a small state file (``status.json``: the URL, the pid, the app
 id) tells ``walstream status`` where to look: in the local checkpoint directory
@@ -15,14 +16,10 @@ when checkpointing is on, else in ``$WALSTREAM_HOME``; it is removed on stop.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import socket
-import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from driver.endpoint_conf import endpoint_addresses, host_port
 from driver.metrics import EngineMetrics
 from driver.status_page import PAGE_HTML
+from walstream.bounded_http import BoundedHttpServer, Limits, Request, Response
 from walstream.errors import ConfigError
 from walstream.status_view import STATE_FILE
 
@@ -37,8 +35,11 @@ log = logging.getLogger(__name__)
 
 PORT_KEY = "spark.walstream.ui.port"
 HOST_KEY = "spark.walstream.ui.host"
-MAX_CONCURRENT = 8
-REQUEST_TIMEOUT_S = 10.0
+#: No peer can starve the page (walstream/bounded_http.py): connections cost no
+#: thread, a request must arrive whole within 5 s, two workers answer (a scrape is
+#: a few milliseconds) and each answer is bounded in time.
+LIMITS = Limits(max_connections=512, request_deadline_s=5.0, max_body_bytes=0, workers=2,
+                max_queued=32, handler_deadline_s=10.0, write_deadline_s=10.0)
 
 
 def ui_address(conf: Mapping[str, str]) -> tuple[str, int] | None:
@@ -65,70 +66,20 @@ def state_file_dir(checkpoint_dir: str | None, home: str) -> str:
     return home
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # Bounded: requests beyond MAX_CONCURRENT get a 503 without a thread of their own.
-    request_queue_size = 16
-
-    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 status: StatusServer) -> None:
-        self.status = status
-        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
-        if ":" in addr[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(addr, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = REQUEST_TIMEOUT_S
-    protocol_version = "HTTP/1.0"
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        status = self.server.status
-        try:
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, generate_latest(status.metrics.registry))
-            elif path == "/api/status":
-                body = json.dumps(status.snapshot(), sort_keys=True).encode()
-                self._send(200, "application/json", body)
-            elif path in ("/", "/index.html"):
-                self._send(200, "text/html; charset=utf-8", PAGE_HTML.encode())
-            else:
-                self._send(404, "text/plain", b"not found\n")
-        except Exception as exc:  # a broken figure must not kill the server
-            log.exception("status server: %s failed", path)
-            self._send(500, "text/plain", f"{type(exc).__name__}\n".encode())
-
-    def _send(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("status server: " + format, *args)
+def _serve(status: StatusServer, request: Request) -> Response:
+    if request.method not in ("GET", "HEAD"):
+        return Response(405, body=b"GET only\n")
+    path = request.path.split("?", 1)[0]
+    headers = {"Cache-Control": "no-store"}
+    if path == "/metrics":
+        return Response(200, CONTENT_TYPE_LATEST, generate_latest(status.metrics.registry),
+                        headers)
+    if path == "/api/status":
+        body = json.dumps(status.snapshot(), sort_keys=True).encode()
+        return Response(200, "application/json", body, headers)
+    if path in ("/", "/index.html"):
+        return Response(200, "text/html; charset=utf-8", PAGE_HTML.encode(), headers)
+    return Response(404, body=b"not found\n")
 
 
 class StatusServer:
@@ -143,8 +94,7 @@ class StatusServer:
         self._extra = extra
         self._state_dir = state_dir
         self._state_path: str | None = None
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._httpd: BoundedHttpServer | None = None
         self.url = ""
 
     def snapshot(self) -> dict[str, Any]:
@@ -156,17 +106,16 @@ class StatusServer:
 
     def start(self) -> str:
         """Bind, serve on a daemon thread, write the state file; returns the URL."""
+        httpd = BoundedHttpServer(self.host, self.port, lambda r: _serve(self, r),
+                                  limits=LIMITS, name="status-server")
         try:
-            httpd = self._httpd = _Server((self.host, self.port), _Handler, self)
+            port = httpd.start()
         except OSError as exc:
             raise OSError(f"status server cannot bind {host_port(self.host, self.port)} "
                           f"({PORT_KEY}, {HOST_KEY}): {exc.strerror or exc}") from None
-        port = httpd.server_address[1]
+        self._httpd = httpd
         shown = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         self.url = f"http://{host_port(shown, port)}/"
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="status-server", daemon=True)
-        self._thread.start()
         self._write_state()
         return self.url
 
@@ -199,10 +148,7 @@ class StatusServer:
             self._state_path = None
         httpd, self._httpd = self._httpd, None
         if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+            httpd.stop()
 
 
 def serve_status(metrics: EngineMetrics, host: str, port: int,
