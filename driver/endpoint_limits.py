@@ -18,6 +18,7 @@ from walstream.errors import ConfigError
 from walstream.rpc import messages as m
 from walstream.rpc.auth import SESSION_TOKEN_CHARS
 from walstream.rpc.bounds import Bounds
+from walstream.safe_text import escape_controls
 
 # Avro bytes of one source range besides its topic: partition (int) and two longs,
 # and the topic's length prefix.
@@ -114,12 +115,3 @@ class EndpointLimits:
         return escape_controls(f"{text[:self.max_report_chars]}... "
                                f"({len(text) - self.max_report_chars} more chars)")
 
-
-def escape_controls(text: str) -> str:
-    """``text`` with each character that is not printable (line breaks, escape
-    sequences, other control and separator characters) written as its Python escape,
-    so a receiver-supplied string cannot forge log lines or drive a terminal when
-    ``walstream status`` prints it. Printable text, any script, is left alone."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -12,10 +12,18 @@ file's path, never the token, since Spark ships the reader to executors too.
 Each call is answered after its effect is durable (an allocation is logged
 before its time is returned). A call that fails answers its error's type and
 text; the client raises the same :mod:`structured.errors` type.
+
+No peer that reaches the loopback ports can stop the queries: both are served by
+one asyncio loop (walstream/bounded_http.py), so an open connection costs no
+thread; a call must arrive whole within its deadline and is refused without its
+token before it reaches a worker; a session must say its hello (a JSON object
+with the token) within :data:`HELLO_DEADLINE_S`, and at most
+:data:`MAX_PENDING_HELLOS` may be waiting, the oldest closed to make room.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -25,15 +33,17 @@ import secrets
 import socket
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from structured import errors
 from structured.errors import ServiceError, SourceError
 from structured.options import SourceOptions
+from walstream.bounded_http import BoundedHttpServer, Limits, LoopThread, Request, Response
+from walstream.safe_text import escape_controls
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,16 @@ MAX_BODY_BYTES = 1 << 20
 #: How long the reader waits for one call; an engine's first call replays its
 #: driver log and launches its receivers.
 CALL_TIMEOUT_S = 300.0
+#: The service's bounds: calls arrive whole within 10 s; eight workers answer (a
+#: call may wait on an engine's start), at most 64 wait for one.
+LIMITS = Limits(max_connections=512, request_deadline_s=10.0, max_body_bytes=MAX_BODY_BYTES,
+                workers=8, max_queued=64, write_deadline_s=30.0)
+#: A session's hello must arrive within this; at most this many wait for theirs.
+HELLO_DEADLINE_S = 10.0
+MAX_PENDING_HELLOS = 64
+MAX_HELLO_BYTES = 4096
+#: At most one warning about bad sessions per this many seconds.
+WARN_EVERY_S = 10.0
 
 Handler = Callable[[dict[str, Any]], Any]
 
@@ -58,24 +78,17 @@ class SourceService:
         self._handlers = dict(handlers)
         self._on_session = on_session
         self.token = secrets.token_urlsafe(32)
-        service = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                service._serve(self)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("source service: " + format, *args)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self.address = f"127.0.0.1:{self._server.server_address[1]}"
-        self._sessions = socket.create_server(("127.0.0.1", 0))
-        self._sessions.settimeout(None)
-        self.session_address = f"127.0.0.1:{self._sessions.getsockname()[1]}"
         self._closing = threading.Event()
-        threading.Thread(target=self._accept_sessions, name="walstream-source-sessions",
-                         daemon=True).start()
+        self._loop = LoopThread("walstream-source-service")
+        self._server = BoundedHttpServer("127.0.0.1", 0, self._serve, gate=self._gate,
+                                         limits=LIMITS, name="walstream-source-service",
+                                         loop=self._loop)
+        self.address = f"127.0.0.1:{self._server.start()}"
+        self._pending: dict[int, asyncio.StreamWriter] = {}  # hellos not said yet
+        self._bad_sessions, self._warned_at = 0, -WARN_EVERY_S
+        self._sessions = self._loop.run(asyncio.start_server(
+            self._hold_session, "127.0.0.1", 0, limit=MAX_HELLO_BYTES))
+        self.session_address = f"127.0.0.1:{self._sessions.sockets[0].getsockname()[1]}"
         self._dir = tempfile.mkdtemp(prefix="walstream-source-")
         os.chmod(self._dir, 0o700)
         self.info_file = os.path.join(self._dir, "service.json")
@@ -83,79 +96,111 @@ class SourceService:
         with os.fdopen(fd, "w") as f:
             json.dump({"address": self.address, "sessions": self.session_address,
                        "token": self.token}, f)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="walstream-source-service", daemon=True)
-        self._thread.start()
 
-    def _serve(self, req: BaseHTTPRequestHandler) -> None:
+    @staticmethod
+    def _answer(status: int, body: dict[str, Any]) -> Response:
+        return Response(status, "application/json", json.dumps(body).encode())
+
+    def _gate(self, req: Request) -> Response | None:
+        """On the service's loop, before any worker: a call without the token, or not
+        a POST, is answered at once."""
+        given = req.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            return self._answer(401, {"error": "ServiceError", "message":
+                                      "the walstream source service refused a call "
+                                      "without its token"})
+        if req.method != "POST":
+            return self._answer(405, {"error": "ServiceError", "message": "POST only"})
+        return None
+
+    def _serve(self, req: Request) -> Response:
         status, body = 200, {}
         try:
-            given = req.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
-                raise ServiceError("the walstream source service refused a call without "
-                                   "its token")
-            size = int(req.headers.get("Content-Length", "0"))
-            if not 0 <= size <= MAX_BODY_BYTES:
-                raise ServiceError(f"request of {size} bytes (at most {MAX_BODY_BYTES})")
             op = req.path.rsplit("/", 1)[-1]
             handler = self._handlers.get(op)
             if handler is None:
-                raise ServiceError(f"unknown operation {op!r}")
-            body = {"result": handler(json.loads(req.rfile.read(size) or b"{}"))}
+                raise ServiceError(f"unknown operation {op[:100]!r}")
+            try:
+                request = json.loads(req.body or b"{}")
+            except ValueError as exc:
+                raise ServiceError(f"a request body that is not JSON: {exc}") from None
+            if not isinstance(request, dict):
+                raise ServiceError("a request body that is not a JSON object")
+            body = {"result": handler(request)}
         except Exception as exc:
             status = 400 if isinstance(exc, SourceError) else 500
             if status == 500:
-                log.exception("walstream source service: %s failed", req.path)
+                log.exception("walstream source service: %s failed", req.path[:200])
             body = {"error": type(exc).__name__, "message": str(exc)}
-        data = json.dumps(body).encode()
-        req.send_response(status)
-        req.send_header("Content-Type", "application/json")
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        req.wfile.write(data)
+        return self._answer(status, body)
 
-    def _accept_sessions(self) -> None:
-        while not self._closing.is_set():
-            try:
-                conn, _ = self._sessions.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._hold_session, args=(conn,),
-                             name="walstream-source-session", daemon=True).start()
-
-    def _hold_session(self, conn: socket.socket) -> None:
-        """A reader process's session: one line ``{"token", "name", "session"}``, then nothing
-        until the connection closes, which the kernel does when that process ends,
-        however it ends."""
+    async def _hold_session(self, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> None:
+        """A reader process's session: one line ``{"token", "name", "session"}`` within
+        :data:`HELLO_DEADLINE_S`, then nothing until the connection closes, which the
+        kernel does when that process ends, however it ends. Costs no thread."""
         name, session = None, ""
-        with conn:
+        key = id(writer)
+        if len(self._pending) >= MAX_PENDING_HELLOS:  # room: close the oldest
+            oldest = next(iter(self._pending))
+            self._pending.pop(oldest).close()
+        self._pending[key] = writer
+        try:
             try:
-                conn.settimeout(10.0)
-                line = conn.makefile("rb").readline(MAX_BODY_BYTES)
-                hello = json.loads(line)
-                if not hmac.compare_digest(str(hello.get("token", "")).encode(),
-                                           self.token.encode()):
-                    log.warning("walstream source service: a session without its token")
-                    return
-                name, session = str(hello["name"]), str(hello["session"])
-                if self._on_session is not None:
-                    self._on_session(name, session, True)
-                conn.sendall(b"ok\n")
-                conn.settimeout(None)
-                while conn.recv(4096):
-                    pass
-            except (OSError, ValueError, KeyError) as exc:
-                if name is None:
-                    log.warning("walstream source service: a bad session: %s", exc)
+                line = await asyncio.wait_for(reader.readuntil(b"\n"), HELLO_DEADLINE_S)
+            finally:
+                self._pending.pop(key, None)
+            hello = json.loads(line)
+            if not isinstance(hello, dict):
+                raise ValueError("a hello that is not a JSON object")
+            if not hmac.compare_digest(str(hello.get("token", "")).encode(),
+                                       self.token.encode()):
+                log.warning("walstream source service: a session without its token")
+                return
+            name, session = str(hello["name"]), str(hello["session"])
+            if self._on_session is not None:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self._on_session, name, session, True)
+            writer.write(b"ok\n")
+            await asyncio.wait_for(writer.drain(), HELLO_DEADLINE_S)
+            while await reader.read(4096):
+                pass
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            if name is None:  # silent, gone, or closed to make room: not news
+                log.debug("walstream source service: a session ended before its hello: %r",
+                          exc)
+        except (ValueError, KeyError, asyncio.LimitOverrunError) as exc:
+            if name is None:
+                self._warn_bad_session(escape_controls(str(exc))[:300])
+        finally:
+            writer.close()
         if name is not None and self._on_session is not None \
                 and not self._closing.is_set():
-            self._on_session(name, session, False)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._on_session, name, session, False)
+
+    def _warn_bad_session(self, why: str) -> None:
+        """At most one warning per :data:`WARN_EVERY_S`, with the count since the last,
+        so a peer sending garbage cannot flood the driver's log."""
+        self._bad_sessions += 1
+        now = time.monotonic()
+        if now - self._warned_at < WARN_EVERY_S:
+            return
+        count, self._bad_sessions, self._warned_at = self._bad_sessions, 0, now
+        log.warning("walstream source service: %d bad session(s), the last: %s", count, why)
 
     def close(self) -> None:
         self._closing.set()
-        self._sessions.close()
-        self._server.shutdown()
-        self._server.server_close()
+
+        async def close_sessions() -> None:
+            self._sessions.close()
+            for writer in list(self._pending.values()):
+                writer.close()
+
+        with contextlib.suppress(Exception):
+            self._loop.run(close_sessions(), 5.0)
+        self._server.stop()
+        self._loop.stop()
         with contextlib.suppress(OSError):
             os.remove(self.info_file)
             os.rmdir(self._dir)

@@ -57,8 +57,9 @@ def test_the_address_file_is_private_and_a_call_without_the_token_is_refused(
                                  headers={"Authorization": "Bearer guessed"})
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=10)
-    assert info.value.code == 400
-    assert "without its token" in json.loads(info.value.read())["message"]
+    assert info.value.code == 401  # refused on the loop, before any worker
+    body = json.loads(info.value.read())
+    assert body["error"] == "ServiceError" and "without its token" in body["message"]
 
 
 def test_no_service_file_says_to_register(tmp_path: Path) -> None:
@@ -83,3 +84,40 @@ def test_a_session_ends_when_its_process_is_killed(service: Any) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_idle_and_dribbling_peers_and_garbage_hellos_stop_no_call_and_no_session(
+        service: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """500 connections to each port that never speak or dribble, and hellos that are
+    not JSON objects: a real reader still opens its session and its calls are
+    answered at once; the garbage is refused with a warning, never a traceback."""
+    import socket
+    import time
+
+    info = json.loads(Path(service.info_file).read_text())
+    http_host, http_port = info["address"].split(":")
+    sess_host, sess_port = info["sessions"].split(":")
+    hogs = [socket.create_connection((http_host, int(http_port))) for _ in range(250)]
+    hogs += [socket.create_connection((sess_host, int(sess_port))) for _ in range(250)]
+    try:
+        for s in hogs[:100]:
+            s.sendall(b"POST /v1/latest HTTP/1.0\r\nContent-Le")  # a request never finished
+        for s in hogs[250:350]:
+            s.sendall(b'{"tok')  # a hello never finished
+        for garbage in (b"[1, 2]\n", b'"a string"\n', b"\xff\xfe\n", b"null\n"):
+            with socket.create_connection((sess_host, int(sess_port))) as g:
+                g.sendall(garbage)
+                g.settimeout(10)
+                assert g.recv(16) == b""  # refused and closed
+        started = time.monotonic()
+        client = ServiceClient(service.info_file, "src", {"name": "src"})
+        try:
+            assert client.call("latest", start=1) == {"echo": "src", "start": 1}
+        finally:
+            client.close()
+        assert time.monotonic() - started < 2.0
+    finally:
+        for s in hogs:
+            s.close()
+    assert "Traceback" not in caplog.text
+    assert "bad session(s)" in caplog.text  # one line, however many
