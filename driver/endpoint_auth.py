@@ -28,20 +28,18 @@ log = logging.getLogger(__name__)
 WARN_EVERY_S = 10.0
 
 
-def _refusing(handler: Any, message: str) -> Any:
-    """A handler of ``handler``'s kind (unary or server streaming) that ends the call
-    with UNAUTHENTICATED; it never decodes the request (no deserializer)."""
-    def unary(_request: bytes, context: grpc.ServicerContext) -> bytes:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        raise AssertionError("abort raises")  # unreachable
-
-    def stream(_request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+def _refusing(message: str) -> Any:
+    """A handler that ends the call with UNAUTHENTICATED at once, whatever the
+    method's kind. It is request-streaming on purpose: gRPC runs such a handler
+    without first waiting for a request message, where a unary one would hold a
+    pool thread and a slot of ``maximum_concurrent_rpcs`` until the peer sends one
+    (a peer that sends headers only would hold them for good). It never reads or
+    decodes the request."""
+    def refuse(_requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield b""  # unreachable: abort raises
 
-    if handler is not None and handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(stream)
-    return grpc.unary_unary_rpc_method_handler(unary)
+    return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 class CallAuthInterceptor(grpc.ServerInterceptor):
@@ -62,8 +60,7 @@ class CallAuthInterceptor(grpc.ServerInterceptor):
         if refusal is None:
             return continuation(handler_call_details)
         self._note_refusal(str(handler_call_details.method), refusal)
-        return _refusing(continuation(handler_call_details),
-                         f"walstream receiver endpoint: {refusal}")
+        return _refusing(f"walstream receiver endpoint: {refusal}")
 
     def _note_refusal(self, method: str, refusal: str) -> None:
         with self._lock:

@@ -65,6 +65,11 @@ from walstream.rpc import messages as m
 
 log = logging.getLogger(__name__)
 
+#: HTTP/2 streams one connection may hold open at once, and how long a connection
+#: may take to complete its handshake (TLS included) before it is closed.
+MAX_STREAMS_PER_CONNECTION = 64
+HANDSHAKE_TIMEOUT_MS = 10_000
+
 
 def _location_of(locations: list[str]) -> ExecutorLocation | None:
     """The executor named by ``executor_<host>_<id>``, if that is what was chosen."""
@@ -112,6 +117,12 @@ class ReceiverTracker(LocalReceiverEndpoint):
         self.server_options = [
             ("grpc.max_receive_message_length", self.limits.max_message_bytes),
             ("grpc.max_send_message_length", self.limits.max_message_bytes),
+            # Per connection: a receiver needs its Control stream and one call at a
+            # time. Unauthenticated calls are refused before they hold anything
+            # (driver/endpoint_auth.py); these bound what one connection can open,
+            # and how long one that never finishes its handshake stays.
+            ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+            ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
         ]
         self.credentials = (credentials or auth.EndpointCredentials.generate()).with_tls_root(
             tls.trust_pem if tls is not None else None)
