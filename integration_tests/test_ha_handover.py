@@ -2,8 +2,10 @@
 receivers stopped, what they received processed, then its lease released) while the
 standby takes over, twice; a third time it is SIGKILLed at the kill point between
 its receivers' stop and its release, and the standby takes over when the lease runs
-out. Input flows throughout into a generator receiver, a receiver-based Kafka stream
-and a direct stream. The running totals and the KafkaSink output are exact."""
+out. Input flows throughout into a generator receiver, a receiver-based Kafka
+stream, a reliable custom receiver that acknowledges a consumer group's offsets
+(its source forgets what it acknowledged) and a direct stream. The running totals
+and the KafkaSink output are exact."""
 
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def test_graceful_handovers_and_a_kill_before_the_release_lose_nothing(
     pair = HAPair(tmp_path, bootstrap, topic_factory("handover-sink"), total=TOTAL, rate=RATE,
                   seed=SEED, direct=topic_factory("handover-direct"), lease_timeout="2s",
                   env={"WALSTREAM_KILL_POINT_FILE": str(armed),
-                       # two receivers hold a task slot each; batches need a third
-                       "WALSTREAM_SPARK_MASTER": "local[4]"},
+                       # three receivers hold a task slot each; batches need more
+                       "WALSTREAM_SPARK_MASTER": "local[5]"},
                   kafka_receiver=True)
     feeder = Feeder(bootstrap, pair.direct, ChaosConfig(records=DIRECT_RECORDS,
                                                         rate=DIRECT_RATE, seed=SEED))

@@ -177,7 +177,7 @@ class HAPair:
         """``env`` is added to each process's environment (after the kill-point
         variables are removed: a test may arm one, e.g. ``WALSTREAM_KILL_POINT_FILE``).
         ``kafka_receiver``: the direct topic is also read by the receiver-based Kafka
-        stream (words tagged ``k``)."""
+        stream (words tagged ``k``) and by a reliable custom receiver (``r``)."""
         self.ckpt, self.out, self.logs = work / "ckpt", work / "out", work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.bootstrap, self.sink, self.direct = bootstrap, sink, direct
@@ -348,7 +348,8 @@ def wait_for_exact(pair: HAPair, feeder: Feeder, seed: int, total: int,
                    wait_s: float) -> tuple[int, int]:
     """The end of an HA run: the direct stream's feeder done, the running totals equal
     to the input (the receiver's ``total`` seeded lines plus the feeder's words,
-    tagged ``d``, and tagged ``k`` once more when the Kafka receiver reads them too;
+    tagged ``d``, and tagged ``k`` and ``r`` once more each when the Kafka receiver and
+    the committing receiver read them too;
     waited for, failing early on a count above the input), and the KafkaSink output
     read exactly once. Returns the sink's (lost, doubled) words."""
     from walstream.testing.recovery_app import expected_counts
@@ -360,6 +361,7 @@ def wait_for_exact(pair: HAPair, feeder: Feeder, seed: int, total: int,
     expected.update({f"d {w}": n for w, n in feeder.expected.items()})
     if pair.kafka_receiver:
         expected.update({f"k {w}": n for w, n in feeder.expected.items()})
+        expected.update({f"r {w}": n for w, n in feeder.expected.items()})
     wait_until(lambda: pair.totals() == expected, wait_s,
                "the running totals to equal the input",
                abort=lambda: ("totals over the input" if any(

@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--direct-topic", default="")
     ap.add_argument("--kafka-receiver", action="store_true",
                     help="also read the direct topic through the receiver-based Kafka "
-                         "stream (its words tagged 'k')")
+                         "stream (its words tagged 'k') and a reliable custom receiver "
+                         "that commits a consumer group's offsets (tagged 'r')")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -58,11 +59,15 @@ def main(argv: list[str] | None = None) -> None:
     from driver import KafkaSink, KafkaUtils, StreamingContext
     from driver.spark import spark_environment
     from receiver.rate_receiver import RateGeneratorReceiver
+    from walstream.testing.committing_receiver import CommittingKafkaReceiver
 
     out, sink_topic, bootstrap = str(args.out), args.sink, args.bootstrap
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(chaos_app)  # decode_value runs in tasks
+    from walstream.testing import committing_receiver
+
+    cloudpickle.register_pickle_by_value(committing_receiver)
 
     def setup() -> StreamingContext:
         ssc = StreamingContext(SparkContext.getOrCreate(), args.batch)
@@ -81,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
                 {"auto.offset.reset": "smallest"}, valueDecoder=chaos_app.decode_value)
             words = words.union(received.flatMap(
                 lambda kv: ["k " + w for w in kv[1].split()]))
+            reliable = ssc.receiverStream(CommittingKafkaReceiver(
+                bootstrap, args.direct_topic, "ha-app-reliable"))
+            words = words.union(reliable.flatMap(lambda line: ["r " + w for w in line.split()]))
         pairs = words.map(lambda w: (w, 1))
         pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(
             KafkaSink(bootstrap, sink_topic, value=lambda kv: f"{kv[0]}\t{kv[1]}"))
