@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from driver import KafkaSink, read_exactly_once
 from driver.kafka_sink import (
@@ -20,6 +20,7 @@ from driver.kafka_sink import (
     H_WRITER,
     set_sink_epoch,
 )
+from tests.api.sink_helpers import raw_records
 
 T1 = datetime.datetime(2026, 11, 22, 5, 0, 1)
 T2 = datetime.datetime(2026, 11, 22, 5, 0, 2)
@@ -121,26 +122,8 @@ def test_a_sink_writes_the_epoch_set_on_the_driver(sc: Any, bootstrap: str,
         set_sink_epoch(0)
     assert not [k for k in vars(pickle.loads(pickle.dumps(sink))) if "epoch" in k]
     sink(T2, sc.parallelize(["x"], 1))
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{topic}",
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    seen: Counter[tuple[bytes, bytes | None, bool]] = Counter()
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
-        at_end: set[int] = set()
-        while len(at_end) < 2:
-            msg = c.poll(30)
-            assert msg is not None
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                at_end.add(int(msg.partition() or 0))
-                continue
-            at_end.discard(int(msg.partition() or 0))
-            raw: Any = msg.headers() or []
-            h = {k: bytes(v or b"") for k, v in raw}
-            seen[(h[H_BATCH], h.get(H_EPOCH), H_COMMIT in h)] += 1
-    finally:
-        c.close()
+    seen = Counter((h[H_BATCH], h.get(H_EPOCH), H_COMMIT in h)
+                   for _, h in raw_records(bootstrap, topic))
     b1, b2 = str(_ms(T1)).encode(), str(_ms(T2)).encode()
     assert seen == {(b1, b"6", False): 10, (b1, b"6", True): 3,
                     (b2, b"0", False): 1, (b2, b"0", True): 1}

@@ -36,13 +36,9 @@ def _info(stream: int, i: int = 0) -> ReceivedBlockInfo:
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[ReceiverTracker, MemoryWAL]]:
-    wal = MemoryWAL()
-    blocks = ReceivedBlockTracker([0, 1], wal)
-    tracker = ReceiverTracker(blocks, [0, 1])
-    yield tracker, wal
-    tracker.stop()
-    blocks.stop()
+def endpoint(grpc_endpoint: tuple[ReceiverTracker, MemoryWAL]
+             ) -> tuple[ReceiverTracker, MemoryWAL]:
+    return grpc_endpoint
 
 
 @pytest.fixture

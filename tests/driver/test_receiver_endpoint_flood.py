@@ -13,7 +13,6 @@ from typing import Any
 import grpc
 import pytest
 
-from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
@@ -39,13 +38,9 @@ def _never(stop: threading.Event) -> Iterator[bytes]:
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[ReceiverTracker, MemoryWAL]]:
-    wal = MemoryWAL()
-    blocks = ReceivedBlockTracker([0, 1], wal)
-    tracker = ReceiverTracker(blocks, [0, 1])
-    yield tracker, wal
-    tracker.stop()
-    blocks.stop()
+def endpoint(grpc_endpoint: tuple[ReceiverTracker, MemoryWAL]
+             ) -> tuple[ReceiverTracker, MemoryWAL]:
+    return grpc_endpoint
 
 
 def test_header_only_streams_idle_and_garbage_connections_starve_no_receiver(

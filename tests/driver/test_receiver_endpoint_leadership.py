@@ -4,8 +4,6 @@ reaches the next leader instead of being logged past its cut and acknowledged.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from driver.errors import NotLeaderError
@@ -41,13 +39,9 @@ class Lease:
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[LocalReceiverEndpoint, MemoryWAL]]:
-    wal = MemoryWAL()
-    tracker = ReceivedBlockTracker([0], wal)
-    ep = LocalReceiverEndpoint(tracker, [0])
-    assert ep.register_receiver(0, "h", "e").accepted
-    yield ep, wal
-    tracker.stop()
+def endpoint(local_endpoint: tuple[LocalReceiverEndpoint, MemoryWAL]
+             ) -> tuple[LocalReceiverEndpoint, MemoryWAL]:
+    return local_endpoint
 
 
 def test_a_driver_that_leads_takes_blocks(

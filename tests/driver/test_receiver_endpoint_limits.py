@@ -50,13 +50,9 @@ OVER_LIMIT: dict[str, ReceivedBlockInfo] = {
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[LocalReceiverEndpoint, MemoryWAL]]:
-    wal = MemoryWAL()
-    tracker = ReceivedBlockTracker([0], wal)
-    ep = LocalReceiverEndpoint(tracker, [0])
-    assert ep.register_receiver(0, "h", "e").accepted
-    yield ep, wal
-    tracker.stop()
+def endpoint(local_endpoint: tuple[LocalReceiverEndpoint, MemoryWAL]
+             ) -> tuple[LocalReceiverEndpoint, MemoryWAL]:
+    return local_endpoint
 
 
 @pytest.mark.parametrize("case", list(OVER_LIMIT))
