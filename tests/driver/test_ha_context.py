@@ -122,3 +122,42 @@ def test_the_second_copy_of_a_checkpoint_replaces_the_first_one_held(tmp_path: P
     standby._adopt(read_latest(tmp_path))  # type: ignore[arg-type]
     assert standby._recovered == completed
     assert standby._recovered.pending_times_ms == ()
+
+
+class _Recorder:
+    def __init__(self, calls: list[str], role: str = "leader") -> None:
+        self.calls, self.role = calls, role
+
+    def stop(self, *_args: Any, **kwargs: Any) -> None:
+        if "before_close" in kwargs:  # the engine: receivers first, then the rest
+            self.calls.append("receivers stopped and drained")
+            kwargs["before_close"]()
+            self.calls.append("engine stopped")
+        else:
+            self.calls.append("lease released" if self.role == "leader" else "standby stopped")
+
+
+@pytest.mark.parametrize("role", ["leader", "standby"])
+def test_a_leader_releases_its_lease_only_after_its_receivers_stopped(role: str) -> None:
+    """A lease released first lets the next leader cut the driver WAL before this
+    driver's receivers report their last blocks: logged past the cut, counted by
+    no batch, yet acknowledged. A standby stops watching first instead, so it
+    cannot take over while it stops."""
+    from driver.streaming_context import StreamingContext, StreamingContextState
+
+    calls: list[str] = []
+    ssc = StreamingContext.__new__(StreamingContext)
+    ssc._state = StreamingContextState.ACTIVE
+    ssc._stopped_on_error = False
+    ssc._ha = _Recorder(calls, role)  # type: ignore[assignment]
+    ssc._ha_standing_by = None
+    ssc._driver_gc = None
+    ssc._engine = _Recorder(calls)  # type: ignore[assignment]
+    ssc._checkpoint_writer = None
+    ssc._graph = type("G", (), {"streams": []})()  # type: ignore[assignment]
+    ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    if role == "leader":
+        assert calls == ["receivers stopped and drained", "engine stopped", "lease released"]
+    else:
+        assert calls == ["standby stopped", "receivers stopped and drained", "engine stopped"]
+    assert ssc._state is StreamingContextState.STOPPED
