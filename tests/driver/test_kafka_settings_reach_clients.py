@@ -20,7 +20,7 @@ from driver.checkpoint_inspect import inspect_checkpoint
 from driver.wal_conf import kafka_settings_of, wal_options_from_conf
 from receiver.kafka_receiver import KafkaReceiver
 from tests.checkpoint.helpers import make_data
-from wal import kafka_log, reader
+from wal import epoch_links, kafka_log, reader
 from wal.kafka_log import KafkaWriteAheadLog
 from walstream.kafka_settings import REDACTED
 
@@ -231,6 +231,8 @@ def test_walstream_inspect(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(reader, "Consumer", recorder)
     monkeypatch.setattr(kafka_log, "AdminClient", recorder)
+    # The driver WAL is an epoch chain: its view lists the chain's topics first.
+    monkeypatch.setattr(epoch_links, "AdminClient", recorder)
     write_checkpoint(tmp_path / "cp", make_data(3000, conf={"spark.app.name": "x"}))
     with pytest.raises(ClientCreatedError):
         inspect_checkpoint(str(tmp_path / "cp"), "broker:9092", kafka_conf=SETTINGS)
