@@ -268,10 +268,13 @@ class StreamingEngine:
                 return
             wal = self._driver_wal()
             tracker = ReceivedBlockTracker(self._stream_ids, wal)  # replays
-            if self.config.ha is None and tracker.fence_epoch > 0:
-                epoch = tracker.fence_epoch
+            # The newest link, not only the replayed cut: a cleanup that passed the
+            # cut's record removed it from the replay, while the link, never
+            # cleaned, still names the epoch whose log is the one read whole.
+            epoch = max(tracker.fence_epoch, wal.newest_epoch()) if self.config.ha is None else 0
+            if epoch > 0:
                 wal.resume_epoch(epoch)  # before anything is logged in this run
-                tracker.start_epoch(epoch)  # the cut of ``epoch`` is applied: adopted
+                tracker.start_epoch(epoch)  # its cut adopted, or logged again if cleaned
                 self.epoch = epoch
                 log.warning("driver WAL %s-driver was last led in epoch %d (high "
                             "availability is off now): this driver continues epoch %d",
@@ -473,7 +476,7 @@ class StreamingEngine:
         chain = EpochChainLog(self.config.bootstrap_servers, driver_wal_name(self.config.app_id),
                               **self.config.wal_options)
         try:
-            return chain.chain()[-1].epoch
+            return chain.newest_epoch()
         finally:
             chain.close()
 

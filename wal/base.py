@@ -204,6 +204,12 @@ class WriteAheadLog(ABC):
         default raises :class:`~wal.errors.EpochNotSupportedError`."""
         raise EpochNotSupportedError(f"{type(self).__name__} has no lease epochs")
 
+    def newest_epoch(self) -> int:
+        """The newest lease epoch this log was begun in (its newest link), as stored
+        now: for a log kept per epoch, read from where the links live, which no
+        clean deletes. This default, for a log without epochs, is 0."""
+        return 0
+
     def prepare_epoch(self, timeout_s: float) -> None:
         """Make a later :meth:`begin_epoch` quick: connect what it writes with now.
         A hot standby calls it while standing by. Changes nothing that a reader
@@ -257,6 +263,9 @@ class ForwardingWriteAheadLog(WriteAheadLog):
 
     def resume_epoch(self, epoch: int) -> None:
         self.wrapped.resume_epoch(epoch)
+
+    def newest_epoch(self) -> int:
+        return self.wrapped.newest_epoch()
 
     def prepare_epoch(self, timeout_s: float) -> None:
         self.wrapped.prepare_epoch(timeout_s)

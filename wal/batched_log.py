@@ -241,6 +241,9 @@ class BatchedWriteAheadLog(WriteAheadLog):
     def prepare_epoch(self, timeout_s: float) -> None:
         self.wrapped.prepare_epoch(timeout_s)
 
+    def newest_epoch(self) -> int:
+        return self.wrapped.newest_epoch()
+
     def replay_progress(self) -> ReplayProgress | None:
         """The wrapped log's: it counts stored groups (and their chunks), whatever
         number of records each group holds."""

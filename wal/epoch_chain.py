@@ -178,6 +178,12 @@ class EpochChainLog(WriteAheadLog):
         log.info("WAL %s: writing epoch %d's log again (no lease: its leader is gone)",
                  self.name, epoch)
 
+    def newest_epoch(self) -> int:
+        """The chain's newest linked epoch (0: no link yet), from the link topics,
+        which :meth:`clean` never deletes: known even after the records of that
+        epoch's cut were cleaned away."""
+        return self.chain()[-1].epoch
+
     def prepare_epoch(self, timeout_s: float) -> None:
         """Connect the link writer of :meth:`begin_epoch` now (``ChainView.prepare``)."""
         self._check_open()

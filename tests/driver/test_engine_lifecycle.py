@@ -22,7 +22,7 @@ from driver.received_block_tracker import ReceivedBlockTracker
 from receiver.block_info import ReceivedBlockInfo
 from tests.driver.generator_harness import block
 from tests.driver.helpers import INTERVAL, WAIT_S
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from wal import BatchedWriteAheadLog, EpochChainLog, KafkaWriteAheadLog
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -156,3 +156,39 @@ def test_a_first_start_launches_receivers_at_once_and_a_stop_never_loses_a_launc
         engine.stop()
         hold.set()
     assert launched == ["fresh", "late"]
+
+
+def test_without_ha_an_engine_continues_the_epoch_an_ha_leader_left_after_its_cut_was_cleaned(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """An app ran with HA (it led epoch 1 and cleaned its log past the record of its
+    own cut), then restarts without HA: it continues epoch 1, which the chain's
+    link still names, rather than epoch 0 (whose fences the checkpoint and the
+    sinks already passed, so the restart would be refused)."""
+    app = unique_name("engine-after-ha")
+    now = [1_000.0]
+    chain = BatchedWriteAheadLog(EpochChainLog(bootstrap, f"{app}-driver",
+                                               rolling_interval_ms=1_000))
+    follower = chain.follow(poll_timeout_s=0.3)
+    assert list(follower.drain_to_end(20)) == []
+    chain.begin_epoch(1, follower)
+    follower.close()
+    leader = ReceivedBlockTracker([0], chain, clock=lambda: now[0])
+    leader.start_epoch(1)  # its cut, logged at 1 s
+    for t in range(2, 6):
+        now[0] = t * 1_000.0
+        assert leader.add_block(block(0))
+        leader.allocate_blocks_to_batch(t * 1_000_000)
+    leader.cleanup_old_batches(4_000_000, True)  # past the cut's record
+    leader.stop()
+    chain.close()
+
+    engine = StreamingEngine(None, _config(app, bootstrap), {}, lambda t: [],
+                             driver_stream_ids=[0])
+    try:
+        engine.recover()
+        assert engine.epoch == 1
+        assert engine.tracker.epoch == 1 and engine.tracker.fence_epoch == 1
+        assert engine.tracker.allocated_batch_times() == [4_000_000, 5_000_000]
+    finally:
+        engine.stop()
