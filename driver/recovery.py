@@ -261,7 +261,33 @@ def times_to_resubmit(data: CheckpointData, first_new_ms: int, policy: str,
     if len(missed) != len(chosen):
         log.warning("down-time policy %s: %d missed batches, %d resubmitted", policy,
                     len(missed), len(chosen))
-    return sorted(set(data.pending_times_ms) | set(chosen))
+    pending = set(data.pending_times_ms)
+    done_before = completed_before(data)
+    if done_before is not None:
+        # Completed batches are not re-run: their state is gone (the checkpoint names
+        # only newer state), so re-running one would recompute its state from the
+        # stream's start, over inputs cleanup already dropped.
+        chosen = [t for t in chosen if t >= done_before or t in pending]
+    return sorted(pending | set(chosen))
+
+
+def completed_before(data: CheckpointData) -> int | None:
+    """A batch time before which every batch that ``data`` does not list as pending
+    had completed when ``data`` was written; None without stateful streams.
+
+    It is the oldest of the stateful streams' newest state times. Why: a state of
+    batch S is durable only after a job of S computed it, batches are generated in
+    time order, and a generated batch stays pending until all its jobs completed.
+    The checkpoint reads the pending batches before the durable state, on the
+    thread that generates batches, so a batch that completes in between is still
+    listed as pending. A checkpoint's own time can lag far behind its state (it is
+    built when the job generator gets to it, in a backlog seconds later), so the
+    batches after that time are not all missed: some completed, and their state is
+    not in the checkpoint."""
+    newest: dict[str, int] = {}
+    for entry in data.state_rdds:
+        newest[entry.stream] = max(newest.get(entry.stream, entry.time_ms), entry.time_ms)
+    return min(newest.values()) if newest else None
 
 
 def restore_state(sc: Any, graph: DStreamGraph, data: CheckpointData) -> None:

@@ -96,6 +96,36 @@ def test_a_batch_allocated_after_the_checkpoint_is_resubmitted_whatever_the_poli
         assert got == [5000, 7000]
 
 
+@pytest.mark.parametrize("policy", ["all", "coalesce", "skip"])
+def test_batches_completed_after_the_checkpoints_time_are_not_run_again(policy: str) -> None:
+    """A checkpoint built late (the job generator behind a backlog): named 879 s, it
+    holds the state of 882 s and lists 883 s on as pending, so 880 s to 882 s had
+    completed. Running them again would need their state, which no checkpoint holds
+    (recomputing it from the stream's start hung the DAG scheduler)."""
+    data = make_data(879_000, pending_times_ms=(883_000, 884_000),
+                     state_rdds=(StateRdd("updateStateByKey#1(0)", 882_000, "/rdds/rdd-9"),))
+    got = times_to_resubmit(data, 890_000, policy, allocated=[880_000, 881_000, 883_000])
+    assert min(got) >= 882_000, got
+    assert {883_000, 884_000} <= set(got)
+    if policy == "all":
+        assert got == list(range(882_000, 890_000, 1000))
+
+
+def test_a_pending_batch_older_than_the_state_is_still_run() -> None:
+    """With concurrent jobs a newer batch's state can be durable while an older one
+    still runs: that one is pending, and it runs again."""
+    data = make_data(879_000, pending_times_ms=(880_000, 883_000),
+                     state_rdds=(StateRdd("updateStateByKey#1(0)", 882_000, "/rdds/rdd-9"),))
+    assert times_to_resubmit(data, 884_000, "skip") == [880_000, 883_000]
+
+
+def test_the_oldest_stateful_streams_state_bounds_what_completed() -> None:
+    data = make_data(5000, pending_times_ms=(), state_rdds=(
+        StateRdd("updateStateByKey#1(0)", 8000, "/rdds/a"),
+        StateRdd("updateStateByKey#2(0)", 7000, "/rdds/b")))
+    assert times_to_resubmit(data, 10_000, "all") == [7000, 8000, 9000]
+
+
 def test_sorted_even_when_pending_is_not() -> None:
     data = _ckpt(5000, (5000, 3000, 4000))
     assert times_to_resubmit(data, 8000, "all") == [3000, 4000, 5000, 6000, 7000]
