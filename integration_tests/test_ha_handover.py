@@ -44,10 +44,7 @@ def test_graceful_handovers_and_a_kill_before_the_release_lose_nothing(
                                                         rate=DIRECT_RATE, seed=SEED))
     try:
         feeder.start()
-        leader = pair.launch()
-        pair.wait_role(leader, "leader", "the first process to lead")
-        standby = pair.launch()
-        pair.wait_role(standby, "standby", "the second process to stand by")
+        leader, standby = pair.leader_and_standby()
         for n, point in enumerate(ROUNDS):
             started = time.time()
             wait_until(functools.partial(pair.ran, leader, started, 3), WAIT_S,

@@ -173,8 +173,9 @@ class HAPair:
     def __init__(self, work: Path, bootstrap: str, sink: str, *, total: int, rate: float,
                  seed: int, direct: str = "", lease_timeout: str = "1s",
                  batch_s: float = 1.0, env: dict[str, str] | None = None,
-                 kafka_receiver: bool = False) -> None:
-        """``env`` is added to each process's environment (after the kill-point
+                 kafka_receiver: bool = False, app_args: tuple[str, ...] = ()) -> None:
+        """``app_args`` are added to each process's command line (ha_app's options).
+        ``env`` is added to each process's environment (after the kill-point
         variables are removed: a test may arm one, e.g. ``WALSTREAM_KILL_POINT_FILE``).
         ``kafka_receiver``: the direct topic is also read by the receiver-based Kafka
         stream (words tagged ``k``) and by a reliable custom receiver (``r``)."""
@@ -184,6 +185,7 @@ class HAPair:
         self.total, self.rate, self.seed, self.lease_timeout = total, rate, seed, lease_timeout
         self.batch_s = batch_s
         self.kafka_receiver = kafka_receiver
+        self.app_args = tuple(app_args)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = dict(env or {})
 
@@ -201,6 +203,7 @@ class HAPair:
             cmd += ["--direct-topic", self.direct]
         if self.kafka_receiver:
             cmd += ["--kafka-receiver"]
+        cmd += self.app_args
         with open(self.logs / f"app-{len(self.procs)}.log", "ab") as err:
             p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
                                  start_new_session=True, preexec_fn=procs.die_with_parent)
@@ -252,6 +255,15 @@ class HAPair:
 
         wait_until(lambda: self.role(p) == role and (role != "leader" or bool(self.batches(p))),
                    HA_WAIT_S, what, poll_s=0.2, abort=other, details=self.details)
+
+    def leader_and_standby(self) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        """Two processes launched in turn: the first leads (and completed a batch),
+        then the second stands by."""
+        leader = self.launch()
+        self.wait_role(leader, "leader", "the first process to lead")
+        standby = self.launch()
+        self.wait_role(standby, "standby", "the second process to stand by")
+        return leader, standby
 
     def first_batch_after(self, p: subprocess.Popen[bytes], wall: float, what: str) -> float:
         """Seconds from ``wall`` to the first batch ``p`` completed after it (waited for)."""

@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="also read the direct topic through the receiver-based Kafka "
                          "stream (its words tagged 'k') and a reliable custom receiver "
                          "that commits a consumer group's offsets (tagged 'r')")
+    ap.add_argument("--slow-output", type=float, default=0.0,
+                    help="seconds an extra output operation sleeps in every batch (so a "
+                         "batch's two checkpoints, generated and completed, are that far "
+                         "apart)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -106,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
                 (Path(out) / "done").touch()
 
         totals.foreachRDD(save_totals)
+        if args.slow_output > 0:
+            pause = args.slow_output
+            totals.foreachRDD(lambda t, rdd: time.sleep(pause))
         return ssc
 
     spark_environment()
