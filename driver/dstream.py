@@ -60,6 +60,8 @@ class DStream:
         self._must_checkpoint = False
         self._remember_ms = 0
         self._zero_ms: int | None = None
+        #: The oldest state time restored from a checkpoint (stateful streams).
+        self._restored_floor_ms: int | None = None
         self._id = ssc._graph.register(self)
 
     # -- checkpointing of the graph (driver.graph_pickle) ---------------------
@@ -70,6 +72,7 @@ class DStream:
         state = self.__dict__.copy()
         state["_ssc"] = None
         state["_generated"] = {}
+        state["_restored_floor_ms"] = None  # this process's restore, not the next one's
         return state
 
     # -- engine side -------------------------------------------------------------

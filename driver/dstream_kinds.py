@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from checkpoint.errors import CheckpointError
 from driver.dstream import DStream
 from driver.job_scheduler import Job
 from driver.output_writer import output_writer, writing_as
@@ -148,6 +149,14 @@ class StateDStream(DStream):
 
     def compute(self, t: int) -> Any:
         prev_t = t - self._slide_ms
+        floor = getattr(self, "_restored_floor_ms", None)
+        if floor is not None and prev_t < floor and prev_t not in self._generated:
+            # Its state is in no checkpoint: recomputing it from the stream's start
+            # would read inputs cleanup dropped, through a lineage whose scheduling
+            # grows exponentially with its length.
+            raise CheckpointError(
+                f"updateStateByKey: batch {t} needs the state of {prev_t}, older than "
+                f"the oldest state restored from the checkpoint ({floor})")
         prev = self.get_or_compute(prev_t) if self._valid(prev_t) else self._initial
         new = self._parents[0].get_or_compute(t)
         if new is None:

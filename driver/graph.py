@@ -79,19 +79,21 @@ class DStreamGraph:
         return hashlib.sha256(f"{self.batch_ms}|{shape}".encode()).hexdigest()[:16]
 
     def durable_state(self) -> list[tuple[str, int, str]]:
-        """``(stream fingerprint, batch time, path)`` of each stateful stream's newest
-        state whose reliable checkpoint is complete (or that was restored at start)."""
+        """``(stream fingerprint, batch time, path)`` of every state of each stateful
+        stream that it still remembers and whose reliable checkpoint is complete (or
+        that was restored at start), oldest first per stream. All of them, as Spark's
+        DStreamCheckpointData keeps: with concurrent jobs an older batch can still be
+        pending when a newer one's state is durable, and its re-run after a restart
+        starts from the newest state before it."""
         state = []
         for s in self.streams:
             if not s._must_checkpoint:
                 continue
             # A copy: the checkpoint writer's thread clears old RDDs (cleanup after the
             # previous checkpoint) while this runs on the job generator's thread.
-            done = [(ts, path) for ts, rdd in list(s._generated.items())
-                    if (path := state_path(rdd)) is not None]
-            if done:
-                ts, path = max(done, key=lambda x: x[0])
-                state.append((s._fingerprint(), ts, path))
+            done = sorted((ts, path) for ts, rdd in list(s._generated.items())
+                          if (path := state_path(rdd)) is not None)
+            state += [(s._fingerprint(), ts, path) for ts, path in done]
         return state
 
     def restore_state(self, fingerprint: str, time_ms: int, rdd: Any, path: str) -> bool:
@@ -106,6 +108,8 @@ class DStreamGraph:
                 # the next restart recompute state from batches cleanup already dropped.
                 rdd._walstream_state_path = path
                 s._generated[time_ms] = rdd
+                floor = getattr(s, "_restored_floor_ms", None)  # graphs pickled before
+                s._restored_floor_ms = time_ms if floor is None else min(floor, time_ms)
                 return True
         return False
 

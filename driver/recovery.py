@@ -318,5 +318,7 @@ def state_floor(graph: DStreamGraph, data: CheckpointData) -> int | None:
     """The oldest batch time whose state a restart from ``data`` restores; the
     batches after it are recomputed from their inputs. None: no stateful stream.
     A stateful stream with no checkpointed RDD yet is recomputed from the start."""
-    return graph.state_floor({e.stream: e.time_ms for e in data.state_rdds},
-                             data.zero_time_ms)
+    oldest: dict[str, int] = {}
+    for e in data.state_rdds:
+        oldest[e.stream] = min(oldest.get(e.stream, e.time_ms), e.time_ms)
+    return graph.state_floor(oldest, data.zero_time_ms)

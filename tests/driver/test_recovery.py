@@ -24,6 +24,7 @@ from driver.recovery import (
     ContextView,
     build_checkpoint,
     check_compatible,
+    completed_before,
     get_or_create,
     restore_state,
     state_floor,
@@ -409,12 +410,47 @@ def test_checkpoint_written_after_a_restore_still_names_the_restored_state() -> 
     assert state_floor(ssc._graph, again) == 4000
 
 
-def test_newer_checkpointed_state_replaces_the_restored_one() -> None:
+def test_every_remembered_durable_state_is_named_oldest_first() -> None:
+    """As Spark's checkpoint data: the restored state and newer checkpointed state
+    while the stream remembers them; state not yet durable is not named. The floor
+    that cleanup keeps is the oldest, and what completed is bounded by the newest."""
     ssc, _, state = _restored_app()
     state._generated[8000] = FakeRdd("/rdds/rdd-9", checkpointed=True)
     state._generated[10000] = FakeRdd("/rdds/rdd-11", checkpointed=False)  # not durable yet
     again = _build(ssc, 10000)
-    assert again.state_rdds == (StateRdd(state._fingerprint(), 8000, "/rdds/rdd-9"),)
+    fp = state._fingerprint()
+    assert again.state_rdds == (StateRdd(fp, 4000, "/rdds/rdd-7"),
+                                StateRdd(fp, 8000, "/rdds/rdd-9"))
+    assert state_floor(ssc._graph, again) == 4000
+    assert completed_before(again) == 8000
+    del state._generated[4000]  # forgotten past the remember window
+    assert _build(ssc, 11000).state_rdds == (StateRdd(fp, 8000, "/rdds/rdd-9"),)
+
+
+def test_a_restart_restores_every_named_state_and_knows_the_oldest() -> None:
+    ssc = RestorableContext()
+    _stateful_app(ssc)  # type: ignore[arg-type]
+    state = next(s for s in ssc._graph.streams if s._must_checkpoint)
+    fp = state._fingerprint()
+    data = make_data(9000, state_rdds=(StateRdd(fp, 4000, "/rdds/a"),
+                                       StateRdd(fp, 8000, "/rdds/b")))
+    restore_state(ssc.sparkContext, ssc._graph, data)
+    assert sorted(state._generated) == [4000, 8000]
+    assert state._restored_floor_ms == 4000
+
+
+def test_state_older_than_every_restored_one_is_an_error_not_a_recomputation() -> None:
+    """Recomputing it would start from the stream's zero time, over inputs cleanup
+    dropped, through a lineage the DAG scheduler takes exponential time to place."""
+    from driver.dstream_kinds import StateDStream
+
+    stream = object.__new__(StateDStream)
+    stream._slide_ms, stream._zero_ms = 1000, 0
+    stream._generated = {4000: object()}
+    stream._restored_floor_ms = 4000
+    with pytest.raises(CheckpointError, match="needs the state of 2000, older than the "
+                                              "oldest state restored"):
+        stream.compute(3000)
 
 
 # -- upgrade mode: the conf key and the environment variable, on every path ----------
