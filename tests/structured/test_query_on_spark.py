@@ -13,31 +13,17 @@ import pytest
 from confluent_kafka import Producer
 
 import structured.registry as registry
-from driver.spark import create_spark_context
-from driver.streaming_context import CONF_BOOTSTRAP
 from walstream.kafka_logging import with_logger
 from walstream.testing import wait_until
-from walstream.testing.fixtures import KafkaBroker
+from walstream.testing.fixtures import KafkaBroker, walstream_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
 def spark(broker: KafkaBroker) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    import walstream
-
-    sc = create_spark_context("structured-query", "local[3]",
-                              {CONF_BOOTSTRAP: broker.bootstrap,
-                               "spark.sql.shuffle.partitions": "2"})
-    session = SparkSession(sc)
-    walstream.register(session)
-    try:
+    with walstream_session(broker.bootstrap, "structured-query") as session:
         yield session
-    finally:
-        registry.unregister()
-        sc.stop()
 
 
 def rows_of(spark: Any, table: str) -> list[Any]:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,25 @@ def topic_factory(bootstrap: str, unique_name: Callable[[str], str]) -> Iterator
         for f in admin.delete_topics(created).values():
             with contextlib.suppress(Exception):
                 f.result(timeout=30)
+
+
+@contextlib.contextmanager
+def walstream_session(bootstrap: str, app_name: str) -> Iterator[Any]:
+    """A SparkSession on local[3] with the ``walstream`` format registered (two shuffle
+    partitions); the format unregistered and the SparkContext stopped on exit."""
+    from pyspark.sql import SparkSession
+
+    import structured.registry as registry
+    import walstream
+    from driver.spark import create_spark_context
+    from driver.streaming_context import CONF_BOOTSTRAP
+
+    sc = create_spark_context(app_name, "local[3]", {CONF_BOOTSTRAP: bootstrap,
+                                                     "spark.sql.shuffle.partitions": "2"})
+    session = SparkSession(sc)
+    walstream.register(session)
+    try:
+        yield session
+    finally:
+        registry.unregister()
+        sc.stop()
