@@ -16,15 +16,18 @@ the driver host's too (getOrCreate restarts it); the totals are exact per stream
 a forged Register and AddBlock from the broker host, without the application's
 secret, are refused.
 
+And a Structured Streaming query over ``format("walstream")`` submitted the same way
+(the source's Kafka receiver and the block reads run on the executors, from the
+archive): the worker host running its receiver is SIGKILLed mid-run, the receiver
+relaunches on the other, and the KafkaSink output written by ``foreachBatch`` holds
+every fed word exactly once.
+
 Skips, printing why, where network namespaces cannot be made (not root, no iproute2).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,8 +40,16 @@ from typing import Any
 
 import pytest
 
+from integration_tests.multihost_runs import (
+    TAG_OF,
+    WAIT_S,
+    QueryRun,
+    WordCountRun,
+    jsonl,
+    tagged,
+)
 from walstream import procs
-from walstream.testing import multihost_app, wait_until
+from walstream.testing import wait_until
 from walstream.testing.multihost_cluster import MultiHostCluster
 from walstream.testing.netns import NetLab, leftovers, log, namespaces_available, repository_root
 
@@ -280,15 +291,7 @@ def test_kill_host_kills_every_process_of_a_worker(cluster: MultiHostCluster) ->
                         ).stdout.count(cluster.ip("worker2")) == 1
 
 
-# -- the full proof: a word count through spark-submit, a worker host and the driver killed --
-
-BATCH_S = 2.0
-ENDPOINT_PORT = 17400  # the driver's receiver endpoint; fixed so the forger can dial it
-#: Records per input topic and their rate, fed from the broker host: from the start,
-#: from the worker host's kill (on past the driver's kill), from the driver's kill.
-PHASES = ((400, 20.0), (400, 20.0), (300, 30.0))
-WORDCOUNT_TIMEOUT_S = 180  # bound on each wait of the word count test
-TAG_OF = {"receiver": "r", "direct": "d"}
+# -- the full proofs: apps through spark-submit, a worker host (and the driver) killed --
 
 
 @pytest.fixture(scope="module")
@@ -304,190 +307,11 @@ def executor_env(namespaces: None) -> Iterator[Path]:
         yield archive
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            rows.append(json.loads(line))
-    return rows
 
-
-def _last_json(text: str) -> Any:
-    for line in reversed(text.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise AssertionError(f"no JSON line in:\n{text[-3000:]}")
-
-
-class WordCountRun:
-    """The word count of multihost_app on ``cluster``: its topics, feeds, spark-submit
-    runs and what it writes."""
-
-    def __init__(self, cluster: MultiHostCluster, env_archive: Path) -> None:
-        self.cluster = cluster
-        self.env_archive = env_archive
-        self.work = cluster.lab.run_dir / f"wordcount-{time.monotonic_ns()}"
-        self.ckpt, self.out = self.work / "ckpt", self.work / "out"
-        self.out.mkdir(parents=True)
-        self.topics = {"receiver": "in-receiver", "direct": "in-direct"}
-        self.sink = "out-counts"
-        self.feeds: list[subprocess.Popen[bytes]] = []
-        self.app: subprocess.Popen[bytes] | None = None
-        self.submits = 0
-        self.apps: list[subprocess.Popen[bytes]] = []
-
-    @property
-    def bootstrap(self) -> str:
-        return self.cluster.broker_bootstrap
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.cluster.ip('driver')}:{ENDPOINT_PORT}"
-
-    def tool(self, *args: str, timeout: float = 60) -> Any:
-        """``multihost_app <args>`` on the broker host (it sees the repository); its JSON."""
-        res = self.cluster.call("broker", [sys.executable, "-m", "walstream.testing.multihost_app",
-                                           *args], timeout=timeout)
-        assert res.returncode == 0, f"multihost_app {args[0]} failed:\n{res.stderr[-3000:]}"
-        return _last_json(res.stdout)
-
-    def create_topics(self) -> None:
-        self.tool("topics", "--bootstrap", self.bootstrap, *self.topics.values(), self.sink)
-
-    def feed(self, phase: int) -> None:
-        records, rate = PHASES[phase]
-        self.feeds.append(self.cluster.run("broker", [
-            sys.executable, "-m", "walstream.testing.multihost_app", "feed",
-            "--bootstrap", self.bootstrap, "--records", str(records), "--rate", str(rate),
-            *[a for i, t in enumerate(self.topics.values())
-              for a in ("--topic", f"{t}:{100 * (phase + 1) + i}")]], name=f"feed-{phase}"))
-
-    def fed(self) -> dict[str, Any]:
-        """What the broker acknowledged, summed over the feeds, per stream."""
-        fed: dict[str, Any] = {k: {"expected": Counter(), "good": 0, "bad": 0}
-                               for k in self.topics}
-        for p in self.feeds:
-            p.wait(timeout=WORDCOUNT_TIMEOUT_S)
-            log_text = self.cluster.lab.log_path(p).read_text(errors="replace")
-            assert p.returncode == 0, log_text[-3000:]
-            report = _last_json(log_text)
-            for kind, topic in self.topics.items():
-                assert report[topic]["failed"] == [], report[topic]["failed"]
-                fed[kind]["expected"].update(report[topic]["expected"])
-                fed[kind]["good"] += report[topic]["good"]
-                fed[kind]["bad"] += report[topic]["bad"]
-        return fed
-
-    def submit(self) -> subprocess.Popen[bytes]:
-        self.submits += 1
-        app = Path(multihost_app.__file__)
-        self.app = self.cluster.spark_submit(
-            app, ["app", str(self.ckpt), str(self.out), "--bootstrap", self.bootstrap,
-                  "--receiver-topic", self.topics["receiver"],
-                  "--direct-topic", self.topics["direct"], "--sink", self.sink,
-                  "--batch", str(BATCH_S)],
-            archives=[f"{self.env_archive}#environment"],
-            conf={"spark.pyspark.python": "./environment/bin/python",
-                  "spark.walstream.kafka.bootstrapServers": self.bootstrap,
-                  "spark.walstream.endpoint.port": str(ENDPOINT_PORT)},
-            env={"PYSPARK_DRIVER_PYTHON": sys.executable})
-        self.apps.append(self.app)
-        return self.app
-
-    def app_exited(self) -> str | None:
-        if self.app is not None and self.app.poll() is not None:
-            return f"spark-submit exited with {self.app.returncode}"
-        return None
-
-    def details(self) -> str:
-        tail = self.cluster.lab.log_tail(self.app, 60) if self.app is not None else ""
-        errors = [f"[driver {i + 1}] {line}" for i, app in enumerate(self.apps)
-                  for line in self.cluster.lab.log_tail(app, 100_000).splitlines()
-                  if ("failed" in line or "ERROR" in line) and "HashSet()" not in line]
-        return (f"receivers: {self.receivers()}\nbatches completed: {len(self.batches())}\n"
-                f"--- the app's errors:\n" + "\n".join(errors[-40:]) +
-                f"\n--- spark-submit ({self.submits}):\n{tail}")
-
-    def batches(self, since: float = 0.0) -> list[dict[str, Any]]:
-        return [b for b in _jsonl(self.out / "progress.jsonl") if b["wall"] >= since]
-
-    def receivers(self, since: float = 0.0) -> list[dict[str, Any]]:
-        return [r for r in _jsonl(self.out / "receivers.jsonl") if r["wall"] >= since]
-
-    def started(self, since: float = 0.0) -> list[dict[str, Any]]:
-        return [r for r in _jsonl(self.out / "started.jsonl") if r["wall"] >= since]
-
-    def host_of(self, receiver: dict[str, Any]) -> str | None:
-        """The worker host whose processes include the receiver's Python worker."""
-        pid = int(receiver["executor"].rsplit(":", 1)[1])
-        for w in self.cluster.worker_names:
-            if pid in self.cluster.lab.pids(w):
-                return w
-        return None
-
-    def receiver_stream(self) -> int:
-        return int(self.receivers()[0]["stream"])
-
-    def receiver_records_since(self, since: float) -> int:
-        if not self.receivers():
-            return 0
-        stream = str(self.receiver_stream())
-        return sum(b["records"].get(stream, 0) for b in self.batches(since))
-
-    def totals(self) -> dict[str, int]:
-        with contextlib.suppress(OSError, ValueError):
-            return dict(json.loads((self.out / "totals.json").read_text()))
-        return {}
-
-    def output(self) -> dict[str, Any]:
-        return dict(self.tool("read", "--bootstrap", self.bootstrap, "--sink", self.sink,
-                              timeout=120))
-
-    def forge(self) -> dict[str, Any]:
-        return dict(self.tool("forge", "--address", self.endpoint,
-                              "--stream", str(self.receiver_stream()),
-                              "--source-topic", self.topics["receiver"]))
-
-    def batches_run_twice(self) -> str:
-        """Each batch both drivers completed, with the records per stream each ran it
-        with: a batch re-run with other input than its first run shows here."""
-        by_time: dict[int, list[dict[str, Any]]] = {}
-        for b in self.batches():
-            by_time.setdefault(b["batch"], []).append(b)
-        rows = [f"  batch {t}: " + "; ".join(f"pid {b['pid']}: {b['records']}" for b in runs)
-                for t, runs in sorted(by_time.items()) if len({b["pid"] for b in runs}) > 1]
-        return "batches completed by both drivers:\n" + ("\n".join(rows) or "  none")
-
-    def close(self) -> None:
-        """Kill what the run started that still runs (the driver host holds only the
-        app) and remove its files (copied first to ``$WALSTREAM_KEEP_RUN_DIR``, with
-        the drivers' logs, when that is set)."""
-        if self.app is not None and self.app.poll() is None:
-            self.cluster.kill_host("driver")
-        for p in self.feeds:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        keep = os.environ.get("WALSTREAM_KEEP_RUN_DIR")
-        if keep:
-            dest = Path(keep) / self.work.name
-            shutil.copytree(self.work, dest, dirs_exist_ok=True, ignore_dangling_symlinks=True)
-            for i, app in enumerate(self.apps):
-                with contextlib.suppress(OSError, KeyError):
-                    shutil.copy(self.cluster.lab.log_path(app), dest / f"driver-{i + 1}.log")
-        shutil.rmtree(self.work, ignore_errors=True)
-
-
-def _tagged(fed: dict[str, Any]) -> dict[str, int]:
-    return {f"{TAG_OF[kind]} {w}": n for kind, f in fed.items() for w, n in f["expected"].items()}
-
-
-def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dying(
-        cluster: MultiHostCluster, executor_env: Path) -> None:
-    test_started = time.monotonic()
-    for w in cluster.worker_names:  # an earlier test may have killed one
+def _workers_up(cluster: MultiHostCluster) -> None:
+    """Every worker host running (an earlier test may have killed one), each with the
+    interpreter ``walstream package``'s bin/python links to."""
+    for w in cluster.worker_names:
         if cluster.procs[w].poll() is not None:
             cluster.start_worker(w)
     # venv-pack's bin/python links to the interpreter the driver's venv was made from:
@@ -496,6 +320,12 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
               / f"python{sys.version_info.major}.{sys.version_info.minor}")
     for w in cluster.worker_names:
         assert cluster.call(w, ["test", "-x", str(python)]).returncode == 0, (w, python)
+
+
+def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dying(
+        cluster: MultiHostCluster, executor_env: Path) -> None:
+    test_started = time.monotonic()
+    _workers_up(cluster)
     run = WordCountRun(cluster, executor_env)
     fig: dict[str, Any] = {}
     try:
@@ -504,7 +334,7 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         submitted = time.time()
         run.submit()
         wait_until(lambda: bool(run.batches(submitted)) and run.receiver_records_since(0) > 0
-                   and any(run.host_of(r) for r in run.receivers()), WORDCOUNT_TIMEOUT_S,
+                   and any(run.host_of(r) for r in run.receivers()), WAIT_S,
                    "batches with the receiver's records, the receiver on a worker",
                    poll_s=0.5, abort=run.app_exited, details=run.details)
         fig["submit -> first batch"] = run.batches(submitted)[0]["wall"] - submitted
@@ -518,12 +348,12 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         fig["worker host kill"] = f"{victim}: {len(cluster.kill_host(victim))} processes"
         run.feed(1)
         wait_until(lambda: any(run.host_of(r) == survivor for r in run.receivers(killed_at)),
-                   WORDCOUNT_TIMEOUT_S, f"the receiver to be relaunched on {survivor}",
+                   WAIT_S, f"the receiver to be relaunched on {survivor}",
                    poll_s=0.5, abort=run.app_exited, details=run.details)
         relaunched = next(r for r in run.receivers(killed_at) if run.host_of(r) == survivor)
         fig["worker kill -> receiver relaunched"] = relaunched["wall"] - killed_at
         wait_until(lambda: run.receiver_records_since(relaunched["wall"]) > 0,
-                   WORDCOUNT_TIMEOUT_S, "a batch with records of the relaunched receiver",
+                   WAIT_S, "a batch with records of the relaunched receiver",
                    poll_s=0.5, abort=run.app_exited, details=run.details)
         fig["worker kill -> its records in a batch"] = next(
             b["wall"] for b in run.batches(relaunched["wall"])
@@ -541,7 +371,7 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         run.submit()
         wait_until(lambda: bool(run.started(restarted)) and bool(run.batches(restarted))
                    and any(run.host_of(r) for r in run.receivers(restarted)),
-                   WORDCOUNT_TIMEOUT_S, "the restarted driver's first batch and receiver",
+                   WAIT_S, "the restarted driver's first batch and receiver",
                    poll_s=0.5, abort=run.app_exited, details=run.details)
         fig["restart -> context started"] = run.started(restarted)[0]["wall"] - restarted
         fig["restart -> first batch"] = run.batches(restarted)[0]["wall"] - restarted
@@ -563,13 +393,13 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         # 4. Every word exactly once: in the running totals and in the sink.
         fed = run.fed()
         fed_at = time.time()
-        expected = _tagged(fed)
+        expected = tagged(fed)
 
         def over_or_exited() -> str | None:
             over = {w: n for w, n in run.totals().items() if n > expected.get(w, 0)}
             return f"totals over the input: {over}" if over else run.app_exited()
 
-        wait_until(lambda: run.totals() == expected, WORDCOUNT_TIMEOUT_S,
+        wait_until(lambda: run.totals() == expected, WAIT_S,
                    "the running totals to equal the input", poll_s=1.0,
                    progress=lambda: len(run.batches()), stall_s=60, abort=over_or_exited,
                    details=lambda: f"totals {run.totals()}\nexpected {expected}\n"
@@ -584,8 +414,8 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         exited = run.app_exited()
         assert exited is None, (f"the app stopped after its totals were exact ({exited}): a "
                                 f"batch failed\n{run.details()}")
-        for kind, tag in TAG_OF.items():
-            want, got = fed[kind]["expected"], Counter(output["counts"][tag])
+        for kind in run.topics:
+            want, got = fed[kind]["expected"], Counter(output["counts"][TAG_OF[kind]])
             lost, doubled = sum((want - got).values()), sum((got - want).values())
             fig[f"{kind} stream: lines good/bad, words in/out, lost/doubled"] = (
                 f"{fed[kind]['good']}/{fed[kind]['bad']}, {sum(want.values())}/"
@@ -598,10 +428,97 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         fig["sink attempts with a marker but torn"] = len(output["torn attempts"])
         fig["batches of the down time run by the restarted driver"] = sum(
             1 for b in run.batches(restarted) if b["batch"] < up * 1000)
-        fig["bad records reported by receivers"] = len(_jsonl(run.out / "errors.jsonl"))
+        fig["bad records reported by receivers"] = len(jsonl(run.out / "errors.jsonl"))
         fig["test time"] = time.monotonic() - test_started
     finally:
         print("\nmulti-host word count:")
+        for k, v in fig.items():
+            print(f"  {k}: {f'{v:.1f} s' if isinstance(v, float) else v}")
+        run.close()
+
+
+def test_a_structured_query_from_the_archive_survives_a_worker_host_dying(
+        cluster: MultiHostCluster, executor_env: Path) -> None:
+    """``format("walstream")`` on the cluster: the source's Kafka receiver and the
+    micro-batches' block reads run on executors whose only walstream is the archive;
+    every process of the worker host running the receiver is SIGKILLed mid-run; the
+    receiver relaunches on the other host, and the KafkaSink output, read exactly
+    once, holds every fed word once."""
+    test_started = time.monotonic()
+    _workers_up(cluster)
+    run = QueryRun(cluster, executor_env)
+    fig: dict[str, Any] = {}
+    try:
+        run.create_topics()
+        # Submitted from a directory where ./environment/bin/python does not resolve:
+        # the driver could not start the source's planning worker. A clear error at
+        # register(), before any receiver starts.
+        refused = run.submit(link_environment=False)
+        refused.wait(timeout=WAIT_S)
+        said = cluster.lab.log_tail(refused, 200)
+        assert refused.returncode != 0 and "SourceOptionError" in said \
+            and "ln -s" in said, said
+        run.feed(0)
+        submitted = time.time()
+        run.submit()
+        wait_until(lambda: run.records_since(submitted) > 0
+                   and any(s["worker"] for s in run.receiver_starts()), WAIT_S,
+                   "micro-batches with the receiver's records, the receiver on a worker",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        fig["submit -> first micro-batch with records"] = next(
+            b["wall"] for b in run.batches(submitted) if b["records"]) - submitted
+
+        # A power cut on the worker host running the receiver, with input flowing.
+        starts = run.receiver_starts()
+        victim = next(s["worker"] for s in reversed(starts) if s["worker"])
+        survivor = next(w for w in cluster.worker_names if w != victim)
+        killed_at = time.time()
+        fig["worker host kill"] = f"{victim}: {len(cluster.kill_host(victim))} processes"
+        run.feed(1)
+        wait_until(lambda: any(s["worker"] == survivor
+                               for s in run.receiver_starts()[len(starts):]),
+                   WAIT_S, f"the receiver to be relaunched on {survivor}", poll_s=0.5,
+                   abort=run.app_exited, details=run.details)
+        relaunched_seen = time.time()
+        fig["worker kill -> receiver relaunched (seen by the test)"] = relaunched_seen - killed_at
+        wait_until(lambda: run.records_since(relaunched_seen) > 0, WAIT_S,
+                   "a micro-batch with records of the relaunched receiver", poll_s=0.5,
+                   abort=run.app_exited, details=run.details)
+        fig["worker kill -> a later micro-batch with records"] = next(
+            b["wall"] for b in run.batches(relaunched_seen) if b["records"]) - killed_at
+        cluster.start_worker(victim)
+
+        # Every word exactly once in the sink.
+        fed = run.fed()
+        fed_at = time.time()
+        want = fed["structured"]["expected"]
+        seen: dict[str, Any] = {}
+
+        def sink_exact() -> bool:
+            seen.update(run.output())
+            return Counter(seen["counts"]["s"]) == want
+
+        def over_or_exited() -> str | None:
+            got = Counter(seen.get("counts", {}).get("s", {}))
+            over = {w: n for w, n in got.items() if n > want.get(w, 0)}
+            return f"sink over the input: {over}" if over else run.app_exited()
+
+        wait_until(sink_exact, WAIT_S, "the sink to hold every fed word once", poll_s=2.0,
+                   progress=lambda: len(run.batches()), stall_s=60, abort=over_or_exited,
+                   details=lambda: f"missing {want - Counter(seen['counts']['s'])}\n"
+                                   + run.details())
+        fig["input complete -> sink exact"] = time.time() - fed_at
+        got = Counter(seen["counts"]["s"])
+        fig["lines good/bad, words in/out"] = (
+            f"{fed['structured']['good']}/{fed['structured']['bad']}, "
+            f"{sum(want.values())}/{sum(got.values())}")
+        fig["micro-batches in the sink"] = seen["batches"]
+        fig["sink attempts with a marker but torn"] = len(seen["torn attempts"])
+        assert run.app_exited() is None, f"the query stopped\n{run.details()}"
+        assert got == want
+        fig["test time"] = time.monotonic() - test_started
+    finally:
+        print("\nmulti-host Structured query:")
         for k, v in fig.items():
             print(f"  {k}: {f'{v:.1f} s' if isinstance(v, float) else v}")
         run.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 from typing import Any
 
@@ -147,10 +148,37 @@ _lock = threading.Lock()
 _registry: SourceRegistry | None = None
 
 
+def check_planner_python(python_exec: str, cwd: str | None = None) -> None:
+    """Raise :class:`SourceOptionError` when the driver cannot start ``python_exec``.
+
+    Spark plans a Python data source's micro-batches in a Python worker that the
+    driver's JVM starts with the same interpreter path the executors use
+    (``spark.pyspark.python``). A path relative to the working directory, such as
+    ``./environment/bin/python`` for an ``--archives`` environment, then has to
+    resolve on the driver too; in client mode Spark unpacks the archive only on the
+    executors, and the query would fail later with a bare ``Cannot run program``.
+    A bare name (``python3``) is looked up on ``PATH`` and is left to Spark."""
+    if os.sep not in python_exec or os.path.isabs(python_exec):
+        return
+    path = os.path.join(cwd or os.getcwd(), python_exec)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise SourceOptionError(
+            f"spark.pyspark.python is {python_exec!r}, which the driver cannot run from "
+            f"its working directory {cwd or os.getcwd()!r}: Spark starts the walstream "
+            "source's planning worker on the driver with that path. In client mode, "
+            "submit from a directory where it resolves (unpack the archive there, or "
+            "link it to the driver's environment: ln -s \"$VIRTUAL_ENV\" environment), or "
+            "submit in cluster mode")
+
+
 def register(spark: Any) -> None:
     """Register ``format("walstream")`` with ``spark`` and start this process's source
-    service (once; later calls register again with the same service)."""
+    service (once; later calls register again with the same service).
+
+    Raises :class:`SourceOptionError` when the interpreter Spark would start the
+    source's driver-side worker with cannot run here (:func:`check_planner_python`)."""
     global _registry
+    check_planner_python(spark.sparkContext.pythonExec)
     # Before the source's first Python tasks (driver/python_sockets.py says why).
     prefer_unix_sockets(spark.sparkContext)
     with _lock:

@@ -2,7 +2,8 @@
 
 Executors run receivers, block reads and direct-stream reads in Python workers:
 they need this project and its native dependencies (confluent-kafka, grpcio,
-fastavro) where no copy of the repository or the driver's virtualenv exists.
+fastavro, and pyarrow for Spark's Python data source reader) where no copy of
+the repository or the driver's virtualenv exists.
 PySpark ships such an environment with ``--archives env.tar.gz#environment`` and
 ``spark.pyspark.python=./environment/bin/python``; this builds the archive.
 
@@ -41,8 +42,10 @@ from walstream.errors import WalStreamError
 
 log = logging.getLogger(__name__)
 
-#: What executors import beyond the standard library and PySpark.
-EXECUTOR_DISTRIBUTIONS = ("confluent-kafka", "fastavro", "grpcio", "fsspec")
+#: What executors import beyond the standard library and PySpark: ours, and pyarrow,
+#: which Spark's own Python data source reader (``format("walstream")``'s block
+#: reads run in it) imports on the executors.
+EXECUTOR_DISTRIBUTIONS = ("confluent-kafka", "fastavro", "grpcio", "fsspec", "pyarrow")
 PACKAGES = ("wal", "receiver", "driver", "checkpoint", "structured", "walstream")
 #: Bounds the pip install (wheels usually come from pip's cache).
 PIP_TIMEOUT_S = 900

@@ -24,7 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXECUTOR_IMPORTS = ("receiver.task", "receiver.driver_client", "wal.reader", "wal.kafka_log",
                     "driver.block_rdd", "driver.direct_stream", "driver.kafka_sink",
                     "structured.rows", "structured.datasource", "walstream.rpc.messages",
-                    "confluent_kafka", "fastavro", "grpc")
+                    "confluent_kafka", "fastavro", "grpc", "pyarrow")
+#: Spark's own executor-side modules that need more than PySpark: the Python data
+#: source reader a ``format("walstream")`` query's block reads run in (pyarrow).
+SPARK_EXECUTOR_IMPORTS = ("pyspark.sql.worker.plan_data_source_read",)
 
 
 #: What an example run from the repository root may leave inside a package folder.
@@ -76,6 +79,8 @@ def test_the_executor_side_imports_from_the_archive_alone(unpacked: Path,
             "    module = importlib.import_module(name)\n"
             "    where = getattr(module, '__file__', '') or ''\n"
             f"    assert where.startswith({str(unpacked)!r}), (name, where)\n"
+            f"for name in {SPARK_EXECUTOR_IMPORTS!r}:\n"
+            "    importlib.import_module(name)\n"
             f"assert not [p for p in sys.path if p.startswith({str(REPO)!r})], sys.path\n"
             "print('ok')\n")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(spark_python)}
@@ -89,7 +94,7 @@ def test_the_archive_pins_what_runs_here() -> None:
     import importlib.metadata
 
     pins = dict(p.split("==") for p in pinned_requirements())
-    for name in ("confluent-kafka", "fastavro", "grpcio"):
+    for name in ("confluent-kafka", "fastavro", "grpcio", "pyarrow"):
         assert pins[name] == importlib.metadata.version(name)
     assert "typing-extensions" in pins  # grpcio's own requirement comes along
     assert "pyspark" not in pins

@@ -16,6 +16,12 @@ skipped). Words are tagged by the stream they came in on (``r <word>``,
   ``host:daemon-pid:worker-pid``), ``OUT/started.jsonl`` (each context start)
   and ``OUT/errors.jsonl`` (receiver errors: the bad records).
 
+``spark-submit .../multihost_app.py query CKPT OUT --bootstrap B --name N --topic T
+--sink S``: the same word count as a Structured Streaming query over
+``format("walstream")`` (the source's Kafka receiver reads ``T``), tagged ``s``,
+its micro-batch counts written through ``KafkaSink`` by ``foreachBatch``
+(:func:`run_query`).
+
 Executors get no ``walstream.testing`` (``walstream package`` leaves it out):
 what runs on them is defined in this file, which spark-submit runs as
 ``__main__`` and cloudpickle therefore ships by value, or is ``decode_value``,
@@ -35,15 +41,17 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from walstream.errors import WalStreamError
 from walstream.testing import chaos_app
 from walstream.testing.chaos_app import decode_value
 from walstream.testing.recovery_app import _write
 
-TAGS = {"receiver": "r", "direct": "d"}
+TAGS = {"receiver": "r", "direct": "d", "structured": "s"}
 
 
 def run_app(args: argparse.Namespace) -> None:
@@ -96,6 +104,51 @@ def run_app(args: argparse.Namespace) -> None:
     ssc.addStreamingListener(chaos_app.progress_recorder(out))
     ssc.start()
     ssc.awaitTermination()
+
+
+def _structured_words(value: bytes | None) -> list[str]:
+    """The words of one source row, tagged ``s``; none for a bad record."""
+    try:
+        return ["s " + w for w in decode_value(value).split()]
+    except (ValueError, WalStreamError):
+        return []
+
+
+def run_query(args: argparse.Namespace) -> None:
+    """A Structured Streaming query: ``format("walstream")`` reading ``--topic`` with
+    the source's Kafka receiver, each micro-batch's word counts written by
+    ``foreachBatch`` through :class:`driver.KafkaSink` to ``--sink`` (one partition,
+    sorted, so a re-run micro-batch writes what its first run did), and a line per
+    micro-batch in ``OUT/progress.jsonl`` (wall time, id, records)."""
+    from pyspark import cloudpickle
+    from pyspark.sql import SparkSession
+
+    import walstream
+    from driver import KafkaSink
+
+    cloudpickle.register_pickle_by_value(chaos_app)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    spark = SparkSession.builder.appName("walstream-multihost-query").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    walstream.register(spark)
+    rows = (spark.readStream.format("walstream").option("name", args.name)
+            .option("source", "kafka").option("topics", args.topic)
+            .option("kafka.bootstrap.servers", args.bootstrap).load())
+    sink = KafkaSink(args.bootstrap, args.sink, value=lambda r: f"{r.word}\t{r.n}")
+
+    def each_batch(batch: Any, batch_id: int) -> None:
+        counts = sorted(batch.rdd.flatMap(lambda r: _structured_words(r.value))
+                        .map(lambda w: (w, 1)).reduceByKey(lambda a, b: a + b, 1).collect())
+        sink(spark.createDataFrame(counts, "word string, n long").coalesce(1), batch_id)
+        chaos_app._append(out / "progress.jsonl", {
+            "wall": time.time(), "batch": batch_id, "records": sum(n for _, n in counts)})
+
+    query = (rows.writeStream.option("checkpointLocation", args.checkpoint)
+             .foreachBatch(each_batch).trigger(processingTime=f"{args.batch} seconds").start())
+    query.awaitTermination()  # raises the query's error, if it failed
 
 
 def create_topics(args: argparse.Namespace) -> None:
@@ -205,6 +258,14 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--direct-topic", required=True)
     a.add_argument("--sink", required=True)
     a.add_argument("--batch", type=float, default=2.0)
+    q = sub.add_parser("query")
+    q.add_argument("checkpoint")
+    q.add_argument("out", type=Path)
+    q.add_argument("--bootstrap", required=True)
+    q.add_argument("--name", required=True)
+    q.add_argument("--topic", required=True)
+    q.add_argument("--sink", required=True)
+    q.add_argument("--batch", type=float, default=2.0)
     t = sub.add_parser("topics")
     t.add_argument("--bootstrap", required=True)
     t.add_argument("topics", nargs="+")
@@ -226,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.command == "app":
         run_app(args)
+    elif args.command == "query":
+        run_query(args)
     elif args.command == "topics":
         create_topics(args)
     elif args.command == "feed":

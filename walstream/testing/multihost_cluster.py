@@ -168,8 +168,9 @@ class MultiHostCluster:
     def spark_submit(self, app: Path, args: Sequence[str] = (), *,
                      conf: Mapping[str, str] | None = None, archives: Sequence[str] = (),
                      py_files: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                     ) -> subprocess.Popen[bytes]:
-        """``spark-submit`` ``app`` from the driver host to the master (client mode).
+                     cwd: Path | None = None) -> subprocess.Popen[bytes]:
+        """``spark-submit`` ``app`` from the driver host to the master (client mode),
+        in ``cwd`` when given.
 
         ``conf`` goes over :meth:`submit_conf`; its output is in
         ``lab.log_path(proc)``.
@@ -184,7 +185,7 @@ class MultiHostCluster:
             argv += ["--py-files", ",".join(py_files)]
         argv += [str(app), *args]
         return self.run("driver", argv, {**self.spark_env("driver"), **(env or {})},
-                        name="spark-submit")
+                        cwd=cwd, name="spark-submit")
 
     # -- probes, from the driver host --------------------------------------------------
 
