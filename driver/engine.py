@@ -140,11 +140,13 @@ class StreamingEngine:
         self._generator: JobGenerator | None = None
         self._receiver_tracker: ReceiverTracker | None = None
         # High availability: the lease epoch this engine leads (0 without HA), a
-        # standby's tracker and tail, and the lease check run before each WAL clean.
+        # standby's tracker and tail, the lease check run before each WAL clean and
+        # the lease's validity left (s), which bounds a receiver's clean grant.
         self.epoch = 0
         self._standby_wal: WriteAheadLog | None = None
         self._tail: TrackerTail | None = None
         self.lease_check: Callable[[], None] | None = None
+        self.lease_validity: Callable[[], float] | None = None
         self._started = False
         self._receiver_launch: threading.Thread | None = None  # after a restart (start, 6)
         self._stopped = threading.Event()
@@ -447,6 +449,7 @@ class StreamingEngine:
             tls=self.config.endpoint_tls,
             on_figures=self._on_receiver_figures if self.config.metrics_enabled else None)
         endpoint.leadership = self._check_leadership
+        endpoint.leadership_validity = self._leadership_validity
         self.bus.start()                                                        # 3
         self._start_status_server()
         threading.Thread(target=self._watch_errors, name="job-error-watch", daemon=True).start()
@@ -486,6 +489,11 @@ class StreamingEngine:
         check = self.lease_check
         if check is not None:
             check()
+
+    def _leadership_validity(self) -> float | None:
+        """Seconds this engine is certain to keep leading; None without HA."""
+        validity = self.lease_validity
+        return None if validity is None else validity()
 
     def _launch_after_first_batch(self, endpoint: ReceiverTracker) -> None:
         self.generator.first_batch_done.wait(RECEIVERS_AFTER_FIRST_BATCH_S)

@@ -106,6 +106,11 @@ class HighAvailability:
             raise LeaseError("high availability: no lease")
         self.lease.check()
 
+    def valid_for(self) -> float:
+        """Seconds this process is certain to lead from now (0: it does not lead)."""
+        lease = self.lease
+        return 0.0 if lease is None or self._stop.is_set() else lease.valid_for()
+
     def _watch(self) -> None:
         assert self.lease is not None
         while not self._stop.is_set():

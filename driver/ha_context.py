@@ -141,6 +141,7 @@ class HighAvailabilityMixin:
             claimed_at_s = time.time()
             timeout_s = ha.config.takeover_timeout_s
             engine.lease_check = ha.check
+            engine.lease_validity = ha.valid_for
             set_sink_epoch(epoch)
             steps = [time.monotonic()]
             sinks = graph_sink_writers([out._func for out in self._graph.outputs],

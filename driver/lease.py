@@ -417,6 +417,14 @@ class Lease:
         return (self._epoch is not None and self._ended is None
                 and time.monotonic() < self._valid_until)
 
+    def valid_for(self) -> float:
+        """Seconds this participant is certain to keep holding its epoch from now (no
+        standby can claim before; its last confirmed renewal's send time plus the
+        timeout, on this process's monotonic clock); 0 when it does not hold it."""
+        if self._epoch is None or self._ended is not None:
+            return 0.0
+        return max(0.0, self._valid_until - time.monotonic())
+
     @property
     def epoch(self) -> int | None:
         """The epoch this participant holds (or last held until released or lost)."""

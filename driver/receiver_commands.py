@@ -27,6 +27,9 @@ class CommandMailbox:
         self._stop: str | None = None
         self._rate: float | None = None
         self._cleanup: int | None = None
+        # The highest cleanup threshold ever asked through this mailbox: the receiver
+        # is granted deletes below it only (driver/receiver_endpoint.py, may_clean).
+        self.cleanup_asked = 0
         self._stream = 0  # which Control stream follows this mailbox (the latest opened)
 
     def stop(self, message: str) -> None:
@@ -44,6 +47,7 @@ class CommandMailbox:
         with self._cond:
             if self._cleanup is None or thresh_time_ms > self._cleanup:
                 self._cleanup = thresh_time_ms
+            self.cleanup_asked = max(self.cleanup_asked, thresh_time_ms)
             self._cond.notify_all()
 
     def pending(self) -> int:

@@ -115,6 +115,9 @@ class LocalReceiverEndpoint:
         # Raises (a lease check) unless this driver
         # leads now; None: a driver without high availability always leads.
         self.leadership: Callable[[], None] | None = None
+        # Seconds this driver is certain to keep leading (its lease's validity left);
+        # None, or a callable answering None: no lease bounds it (no HA).
+        self.leadership_validity: Callable[[], float | None] | None = None
 
     def _require_leadership(self, info: ReceivedBlockInfo, when: str) -> None:
         check = self.leadership
@@ -244,6 +247,37 @@ class LocalReceiverEndpoint:
             except Exception:
                 log.exception("receiver %d: its figures could not be recorded", info.stream_id)
         return ok
+
+    def may_clean(self, stream_id: int, thresh_time_ms: int,
+                  session: str | None = None) -> float | None:
+        """Grant ``stream_id``'s receiver a delete of its WAL's blocks older than
+        ``thresh_time_ms`` now: the seconds this driver is certain to keep leading
+        from now, or None when no lease bounds it (no HA). The receiver asks right
+        before each destructive step of a clean (receiver/clean_guard.py), so a
+        delete happens only while the lease is held, not merely when it was asked.
+
+        Refused with :class:`NotLeaderError` when this driver is not certain to lead,
+        or when it never asked for a clean up to ``thresh_time_ms`` (another leader's
+        command, or none); :class:`UnknownReceiverError` and
+        :class:`SessionTokenError` as for a block report."""
+        with self._lock:
+            self._require_session(stream_id, session)
+            info = self.receivers.get(stream_id)
+            if info is None:
+                raise UnknownReceiverError(f"stream {stream_id} has no receiver here")
+            asked = info.commands.cleanup_asked
+        what = f"deleting stream {stream_id}'s blocks older than {thresh_time_ms}"
+        if thresh_time_ms > asked:
+            raise NotLeaderError(f"{what}: this driver asked for cleans below {asked} only")
+        try:
+            if self.leadership is not None:
+                self.leadership()
+            valid_s = self.leadership_validity() if self.leadership_validity else None
+        except Exception as exc:
+            raise NotLeaderError(f"{what}: this driver is not certain to lead ({exc})") from exc
+        if valid_s is not None and valid_s <= 0:
+            raise NotLeaderError(f"{what}: this driver's lease has run out")
+        return valid_s
 
     def report_error(self, stream_id: int, message: str, error: str,
                      session: str | None = None) -> None:

@@ -144,6 +144,9 @@ class ReceiverTracker(LocalReceiverEndpoint):
                 m.encode(m.ADD_BLOCK_RESPONSE)),
             "Report": grpc.unary_unary_rpc_method_handler(
                 self._rpc_report, m.decode_request(m.REPORT_REQUEST), m.encode(m.EMPTY)),
+            "MayClean": grpc.unary_unary_rpc_method_handler(
+                self._rpc_may_clean, m.decode_request(m.CLEAN_GRANT_REQUEST),
+                m.encode(m.CLEAN_GRANT_RESPONSE)),
             "Control": grpc.unary_stream_rpc_method_handler(
                 self._rpc_control, m.decode_request(m.CONTROL_REQUEST), m.encode(m.COMMAND)),
         }
@@ -224,6 +227,22 @@ class ReceiverTracker(LocalReceiverEndpoint):
         return auth.sign_add_block(self.credentials.driver_key, block["stream_id"],
                                    req["session"], block["block_id"],
                                    {"ok": ok, "message": message})
+
+    def _rpc_may_clean(self, body: dict[str, Any] | m.BadRequest,
+                       ctx: grpc.ServicerContext) -> dict[str, Any]:
+        req = self._refuse(body, ctx)
+        stream_id, session, thresh = req["stream_id"], req["session"], req["thresh_time_ms"]
+        try:
+            valid_s = self.may_clean(stream_id, thresh, session=session)
+            answer = {"granted": True, "message": "",
+                      # 0 means unbounded: a bounded validity is at least 1 ms.
+                      "valid_ms": 0 if valid_s is None else max(1, int(valid_s * 1000))}
+        except ReceiverPermissionError as exc:
+            self._deny(ctx, exc)
+        except (UnknownReceiverError, NotLeaderError) as exc:
+            answer = {"granted": False, "message": str(exc)[:1000], "valid_ms": 0}
+        return auth.sign_clean_grant(self.credentials.driver_key, stream_id, session, thresh,
+                                     req["nonce"], answer)
 
     def _rpc_report(self, body: dict[str, Any] | m.BadRequest,
                     ctx: grpc.ServicerContext) -> dict[str, Any]:

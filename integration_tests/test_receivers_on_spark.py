@@ -9,6 +9,7 @@ batches equals the source topic exactly: no loss, no duplicate.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -19,6 +20,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
+from driver.errors import NotLeaderError
+from driver.ha_errors import LeaseLostError
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
 from driver.spark import create_spark_context
@@ -180,3 +183,64 @@ def test_a_receiver_refused_by_the_driver_stops_with_a_clear_message(
                 lambda it: run_receiver_task(spec, it)).collect()
     finally:
         tracker.stop()
+
+
+def test_a_receiver_on_spark_deletes_its_wal_data_only_while_its_driver_leads(
+    sc: object, bootstrap: str, unique_name: Callable[[str], str],
+) -> None:
+    """The delete runs in the receiver's Python worker, on its WAL's cleaning thread:
+    a clean the driver commanded and then stopped leading for deletes nothing there
+    (the driver's lease check, asked again right before the delete); commanded again
+    while it leads, it goes through."""
+    from wal import KafkaWriteAheadLog
+
+    app = unique_name("grant")
+    pipe = ReceiverPipeline(sc, bootstrap, app, [RateGeneratorReceiver(200.0, seed=1)])
+    rolling = {"rolling_interval_ms": 300}
+    pipe.specs = [dataclasses.replace(s, wal_options=rolling) for s in pipe.specs]
+    leads = threading.Event()
+    leads.set()
+
+    def check() -> None:
+        if not leads.is_set():
+            raise LeaseLostError("no renewal confirmed in time")
+
+    pipe.tracker.leadership = check
+    pipe.tracker.leadership_validity = lambda: 3.0 if leads.is_set() else 0.0
+    asks: list[tuple[int, bool]] = []
+    grant = pipe.tracker.may_clean
+
+    def recorded(stream_id: int, thresh: int, session: str | None = None) -> float | None:
+        try:
+            valid = grant(stream_id, thresh, session=session)
+        except NotLeaderError:
+            asks.append((thresh, False))
+            raise
+        asks.append((thresh, True))
+        return valid
+
+    pipe.tracker.may_clean = recorded  # type: ignore[method-assign]
+    reader = KafkaWriteAheadLog(bootstrap, f"{app}-receiver-0", **rolling)
+    try:
+        pipe.start()
+        wait_until(lambda: len(reader.segments()) >= 4, 60, "four segments in the receiver's WAL",
+                   poll_s=POLL_S)
+        thresh = reader.segments()[1].end_ms  # the two oldest segments are below it
+
+        def below() -> list[str]:
+            return [s.topic for s in reader.segments() if s.end_ms <= thresh]
+
+        assert len(below()) == 2
+        leads.clear()  # the lease runs out after the driver's own check passed
+        pipe.tracker.receivers[0].commands.cleanup(thresh)
+        wait_until(lambda: (thresh, False) in asks or len(below()) < 2, 60,
+                   "the receiver to ask for its delete (or to delete)", poll_s=POLL_S)
+        time.sleep(1.0)  # a delete going ahead regardless would land by now
+        assert len(below()) == 2, "a receiver deleted WAL data its driver did not grant"
+        leads.set()
+        pipe.tracker.cleanup_old_blocks(thresh)
+        wait_until(lambda: not below(), 60, "the granted delete", poll_s=POLL_S)
+        assert (thresh, True) in asks
+    finally:
+        reader.close()
+        pipe.close()

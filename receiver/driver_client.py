@@ -32,6 +32,7 @@ import grpc
 from receiver.block import SourceRange
 from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from receiver.errors import (
+    CleanRefusedError,
     DriverProofError,
     EndpointAuthError,
     EndpointPermissionError,
@@ -75,6 +76,7 @@ class DriverClient:
         self._register = unary("RegisterReceiver", m.REGISTER_REQUEST, m.REGISTER_RESPONSE)
         self._add_block = unary("AddBlock", m.ADD_BLOCK_REQUEST, m.ADD_BLOCK_RESPONSE)
         self._report = unary("Report", m.REPORT_REQUEST, m.EMPTY)
+        self._may_clean = unary("MayClean", m.CLEAN_GRANT_REQUEST, m.CLEAN_GRANT_RESPONSE)
         self._control = self._channel.unary_stream(
             f"/{m.SERVICE}/Control", request_serializer=m.encode(m.CONTROL_REQUEST),
             response_deserializer=m.decode(m.COMMAND))
@@ -175,6 +177,30 @@ class DriverClient:
                 "prove the application secret: not this receiver's driver; the block's "
                 "source is not acknowledged")
         return True
+
+    def may_clean(self, stream_id: int, thresh_time_ms: int) -> float | None:
+        """Whether the driver grants deleting ``stream_id``'s WAL data older than
+        ``thresh_time_ms`` now: the seconds it is certain to keep leading from its
+        answer, None when no lease bounds it. :class:`CleanRefusedError` when it
+        refuses or cannot be asked; :class:`DriverProofError` for a grant that does
+        not prove the application secret (nothing is deleted on it)."""
+        session = self.session_of(stream_id)
+        nonce = auth.new_nonce()
+        what = f"asking to delete stream {stream_id}'s WAL data older than {thresh_time_ms}"
+        try:
+            r = self._call(self._may_clean, {"stream_id": stream_id, "session": session,
+                                             "thresh_time_ms": thresh_time_ms, "nonce": nonce},
+                           what)
+        except (grpc.RpcError, EndpointPermissionError) as exc:
+            raise CleanRefusedError(f"{what}: {exc}") from exc
+        if not r["granted"]:
+            raise CleanRefusedError(f"{what}: refused: {r['message']}")
+        if not auth.clean_grant_is_signed(self._driver_key(), stream_id, session,
+                                          thresh_time_ms, nonce, r):
+            raise DriverProofError(
+                f"{what}: the grant from {self.address} does not prove the application "
+                "secret: not this receiver's driver; nothing is deleted")
+        return None if r["valid_ms"] == 0 else r["valid_ms"] / 1000
 
     def report_error(self, stream_id: int, message: str, error: str) -> None:
         self._send_report(stream_id, "ERROR", message, error)

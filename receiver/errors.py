@@ -75,3 +75,11 @@ class BlockTooLargeError(ReceiverError, ValueError):
     (a range may span skipped records, items of several partitions interleave), and
     one block over the cap may be one the WAL can never store: refused before
     anything is stored. Store smaller lists, or each item with its own position."""
+
+
+class CleanRefusedError(ReceiverError):
+    """The driver did not grant a delete of this receiver's WAL data now (it is not
+    certain to lead, never asked for that clean, or could not be reached), or its
+    grant came back with too little of its lease left: the clean stops before the
+    delete and the data stays (a later clean, granted, removes it)."""
+

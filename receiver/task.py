@@ -15,13 +15,18 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from receiver.block_generator import BlockGeneratorConfig
 from receiver.errors import EndpointSecurityError
 from receiver.receiver import Receiver
 from receiver.supervisor import SupervisorConfig
 from walstream.rpc.auth import EndpointCredentials, local_credentials
+
+if TYPE_CHECKING:
+    from receiver.clean_guard import CleanGuard
+    from receiver.driver_client import DriverClient
+    from wal.kafka_log import KafkaWriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +68,25 @@ def executor_id() -> str:
     return f"{socket.gethostname()}:{os.getppid()}:{os.getpid()}"
 
 
+def receiver_wal(spec: ReceiverTaskSpec,
+                 client: DriverClient) -> tuple[KafkaWriteAheadLog, CleanGuard]:
+    """The receiver's Kafka WAL and its :class:`~receiver.clean_guard.CleanGuard`: each
+    delete of the WAL's data first asks ``client``'s driver, so it happens only while
+    that driver is certain to lead."""
+    from receiver.clean_guard import CleanGuard
+    from wal.kafka_log import KafkaWriteAheadLog
+
+    guard = CleanGuard(client, spec.stream_id)
+    wal = KafkaWriteAheadLog(spec.bootstrap_servers, spec.wal_name, delete_guard=guard,
+                             **spec.wal_options)
+    return wal, guard
+
+
 def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]:
     from pyspark import TaskContext
 
     from receiver.driver_client import DriverClient
     from receiver.supervisor import ReceiverSupervisor
-    from wal.kafka_log import KafkaWriteAheadLog
 
     ctx = TaskContext.get()
     if ctx is not None and ctx.attemptNumber() > 0:
@@ -78,13 +96,14 @@ def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]
                           spec.credentials)
     # The application's Kafka settings reach the receiver's own clients too.
     spec.receiver._use_kafka_settings(spec.wal_options.get("client_config", {}))
-    wal = KafkaWriteAheadLog(spec.bootstrap_servers, spec.wal_name, **spec.wal_options)
+    wal, guard = receiver_wal(spec, client)
     sup = ReceiverSupervisor(spec.receiver, spec.stream_id, wal, client,
                              spec.generator_config, spec.supervisor_config, executor_id())
     status = "stopped"
     try:
         sup.start()
-        follower = threading.Thread(target=_follow_control, args=(client, sup), daemon=True)
+        follower = threading.Thread(target=_follow_control, args=(client, sup, guard),
+                                    daemon=True)
         follower.start()
         sup.await_termination()
         if sup.error is not None:
@@ -96,8 +115,9 @@ def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]
     yield status
 
 
-def _follow_control(client: Any, sup: Any) -> None:
-    """Act on the driver's commands; the client yields only those the driver signed."""
+def _follow_control(client: Any, sup: Any, guard: CleanGuard) -> None:
+    """Act on the driver's commands; the client yields only those the driver signed. A
+    clean asks the driver again right before it deletes (``guard``, a CleanGuard)."""
     try:
         for cmd in client.control(sup.stream_id):
             kind = cmd["kind"]
@@ -106,6 +126,7 @@ def _follow_control(client: Any, sup: Any) -> None:
                                  daemon=True).start()
                 return
             if kind == "CLEANUP_OLD_BLOCKS":
+                guard.asked(int(cmd["thresh_time_ms"]))
                 sup.wal.clean(int(cmd["thresh_time_ms"]), False)
             elif kind == "UPDATE_RATE_LIMIT":
                 sup.generator.update_rate(float(cmd["rate_limit"]))

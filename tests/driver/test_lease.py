@@ -142,6 +142,22 @@ def test_a_release_lets_a_standby_take_the_next_epoch_at_once(
     assert b.try_acquire() and b.epoch == 2
 
 
+def test_the_holder_knows_how_long_its_hold_is_certain(
+        make_lease: Callable[..., Lease]) -> None:
+    """``valid_for``: from the send time of the last confirmed renewal plus the timeout,
+    never more than the timeout; 0 once released (or never held)."""
+    a = make_lease("a")
+    assert a.valid_for() == 0.0
+    assert a.try_acquire()
+    assert 0 < a.valid_for() <= a.config.timeout_s
+    with a._io:  # no renewal confirmed meanwhile: the validity only shrinks
+        first = a.valid_for()
+        time.sleep(0.1)
+        assert a.valid_for() <= first - 0.1 + 0.005
+    a.release()
+    assert a.valid_for() == 0.0
+
+
 def _race(make_lease: Callable[..., Lease], names: list[str]) -> list[Lease]:
     leases = [make_lease(n) for n in names]
     for lease in leases:

@@ -16,6 +16,7 @@ import pytest
 
 from receiver.block import SourceRange
 from receiver.block_info import ReceivedBlockInfo
+from receiver.clean_guard import CleanGuard
 from receiver.driver_client import DriverClient
 from receiver.errors import (
     BlockReportError,
@@ -208,10 +209,15 @@ def test_the_receiver_task_acts_only_on_the_drivers_commands(
         _signed(4, "STOP", message="the driver's stop"),
     ]
     sup = _FakeSupervisor()
-    _follow_control(client, sup)
+    guard = CleanGuard(client, 0)
+    _follow_control(client, sup, guard)
     assert sup.stopped.wait(WAIT_S)
     wait_until(lambda: ("stop", "the driver's stop") in sup.actions)
     assert sup.actions == [("rate", 3.0), ("clean", 7000), ("stop", "the driver's stop")]
+    asked: list[int] = []
+    guard.client = type("Grants", (), {"may_clean": lambda _, s, t: asked.append(t)})()
+    guard()
+    assert asked == [7000]  # the guard asks for the signed command's threshold only
 
 
 def test_a_refused_control_stream_stops_the_receiver_with_the_typed_error(
@@ -222,7 +228,7 @@ def test_a_refused_control_stream_stops_the_receiver_with_the_typed_error(
     stops: list[BaseException | None] = []
     sup = _FakeSupervisor()
     sup.stop = lambda message, error: stops.append(error)  # type: ignore[method-assign]
-    _follow_control(client, sup)
+    _follow_control(client, sup, CleanGuard(client, 0))
     assert len(stops) == 1 and isinstance(stops[0], EndpointPermissionError)
     assert "stream 3's" in str(stops[0])
 

@@ -48,6 +48,11 @@ VALID: dict[str, tuple[m.BoundedCodec, dict[str, Any]]] = {
     "control": (m.CONTROL_REQUEST, {"stream_id": 4, "session": "s" * 43}),
     "command": (m.COMMAND, {"kind": "UPDATE_RATE_LIMIT", "message": "", "thresh_time_ms": 0,
                             "rate_limit": 5.0, "seq": 9, "mac": b"m" * 32}),
+    "clean-grant": (m.CLEAN_GRANT_REQUEST, {"stream_id": 2, "session": "s" * 43,
+                                            "thresh_time_ms": 1_700_000_000_000,
+                                            "nonce": b"n" * 32}),
+    "clean-grant-answer": (m.CLEAN_GRANT_RESPONSE, {"granted": True, "message": "",
+                                                    "valid_ms": 2500, "proof": b"p" * 32}),
 }
 ENCODED = {name: codec.encode(datum) for name, (codec, datum) in VALID.items()}
 VERSION = bytes((m.PROTOCOL_VERSION,))

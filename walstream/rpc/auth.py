@@ -184,6 +184,27 @@ def add_block_is_signed(key: bytes, stream_id: int, session: str, block_id: str,
                   answer.get("proof"))
 
 
+# -- a clean grant: over the session, the threshold, the receiver's nonce, the answer ----
+
+def _clean_grant_mac(key: bytes, stream_id: int, session: str, thresh_time_ms: int,
+                     nonce: bytes, answer: Mapping[str, Any]) -> bytes:
+    body = m.CLEAN_GRANT_RESPONSE.encode({**answer, "proof": b""})
+    return _mac(key, b"clean-grant", _int(stream_id), session.encode("utf-8"),
+                _int(thresh_time_ms), nonce, body)
+
+
+def sign_clean_grant(key: bytes, stream_id: int, session: str, thresh_time_ms: int,
+                     nonce: bytes, answer: Mapping[str, Any]) -> dict[str, Any]:
+    return {**answer, "proof": _clean_grant_mac(key, stream_id, session, thresh_time_ms,
+                                                nonce, answer)}
+
+
+def clean_grant_is_signed(key: bytes, stream_id: int, session: str, thresh_time_ms: int,
+                          nonce: bytes, answer: Mapping[str, Any]) -> bool:
+    return _check(_clean_grant_mac(key, stream_id, session, thresh_time_ms, nonce, answer),
+                  answer.get("proof"))
+
+
 # -- a command: over the session, its sequence number and the whole command -----------
 
 def _command_mac(key: bytes, stream_id: int, session: str, command: Mapping[str, Any]) -> bytes:

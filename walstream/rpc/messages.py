@@ -149,10 +149,29 @@ COMMAND = _codec("ReceiverCommand", [
     {"name": "seq", "type": "long", "default": 0},
     {"name": "mac", "type": "bytes", "default": ""},
 ], _TEXT)
+# A receiver's ask, right before each destructive step of a clean of its WAL, whether
+# the driver grants deleting its blocks older than ``thresh_time_ms`` now.
+CLEAN_GRANT_REQUEST = _codec("CleanGrantRequest", [
+    {"name": "stream_id", "type": "int"},
+    {"name": "session", "type": "string", "default": ""},
+    {"name": "thresh_time_ms", "type": "long"},
+    # Fresh per ask; the answer's proof covers it (no replayed grants).
+    {"name": "nonce", "type": "bytes", "default": ""},
+], _NAMES)
+CLEAN_GRANT_RESPONSE = _codec("CleanGrantResponse", [
+    {"name": "granted", "type": "boolean"},
+    {"name": "message", "type": "string"},
+    # How long the driver is certain to lead from its answer, in ms (its lease's
+    # validity left); 0: it leads with no lease (no HA), nothing bounds it.
+    {"name": "valid_ms", "type": "long", "default": 0},
+    # HMAC with the driver key over the session, the threshold, the nonce and this answer.
+    {"name": "proof", "type": "bytes", "default": ""},
+], _TEXT)
 
 ALL_CODECS: tuple[BoundedCodec, ...] = (
     REGISTER_REQUEST, REGISTER_RESPONSE, ADD_BLOCK_REQUEST, ADD_BLOCK_RESPONSE,
-    REPORT_REQUEST, EMPTY, CONTROL_REQUEST, COMMAND)
+    REPORT_REQUEST, EMPTY, CONTROL_REQUEST, COMMAND, CLEAN_GRANT_REQUEST,
+    CLEAN_GRANT_RESPONSE)
 
 
 @dataclass(frozen=True)
