@@ -49,6 +49,7 @@ from driver.metrics import (
     ReceiverFigures,
     record_recovery,
 )
+from driver.output_gate import OutputGate
 from driver.rate_controller import PIDRateEstimator, RateController
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.receiver_tracker import ReceiverTracker
@@ -129,6 +130,7 @@ class StreamingEngine:
         self.status_server: StatusServer | None = None
         self.scheduler = JobScheduler(self.bus, config.concurrent_jobs,
                                       on_batch_completed=self._on_batch_completed)
+        self.scheduler.output_gate = self._gate_output
         self.rate_controller: RateController | None = None
         if config.backpressure and receivers:
             self.rate_controller = RateController(
@@ -147,6 +149,7 @@ class StreamingEngine:
         self._tail: TrackerTail | None = None
         self.lease_check: Callable[[], None] | None = None
         self.lease_validity: Callable[[], float] | None = None
+        self.output_gate: OutputGate | None = None  # under HA: outputs only while leading
         self._started = False
         self._receiver_launch: threading.Thread | None = None  # after a restart (start, 6)
         self._stopped = threading.Event()
@@ -489,6 +492,11 @@ class StreamingEngine:
         check = self.lease_check
         if check is not None:
             check()
+
+    def _gate_output(self, what: str) -> None:
+        gate = self.output_gate
+        if gate is not None:
+            gate(what)
 
     def _leadership_validity(self) -> float | None:
         """Seconds this engine is certain to keep leading; None without HA."""

@@ -19,6 +19,7 @@ from checkpoint.files import CheckpointWriter, highest_fence, read_latest, write
 from driver.engine_config import EngineConfig
 from driver.ha import HighAvailability
 from driver.kafka_sink import fence_sinks, graph_sink_writers, set_sink_epoch
+from driver.output_gate import OutputGate
 from driver.recovery import check_compatible
 from driver.warm_up import keep_warm
 from walstream.kafka_settings import settings_from_conf
@@ -142,6 +143,7 @@ class HighAvailabilityMixin:
             timeout_s = ha.config.takeover_timeout_s
             engine.lease_check = ha.check
             engine.lease_validity = ha.valid_for
+            engine.output_gate = OutputGate(ha.check, ha.valid_for, ha.config.output_margin)
             set_sink_epoch(epoch)
             steps = [time.monotonic()]
             sinks = graph_sink_writers([out._func for out in self._graph.outputs],
@@ -178,6 +180,12 @@ class HighAvailabilityMixin:
         would still write counts (the epoch cuts)."""
         engine = self._engine
         if engine is not None:
+            # At once, on the thread that saw the lease end: a job in flight must not
+            # complete its output operation after another leader may have run it.
+            try:
+                self._sc.cancelAllJobs()
+            except Exception:
+                log.exception("high availability: cancelling the running jobs failed")
             engine.scheduler.report_error("high availability", exc, original=True)
         self._stop_on_fatal_error(exc)
 

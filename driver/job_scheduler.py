@@ -103,6 +103,9 @@ class JobScheduler:
         self._max_retained = max_retained_batches
         self.errors: list[BaseException] = []
         self._stopped = False
+        # Called with an output operation's name right before it runs; raises to keep
+        # it from running (a highly available leader's lease: driver/output_gate.py).
+        self.output_gate: Callable[[str], None] | None = None
 
     def submit_job_set(self, jobs: list[Job], time_ms: int,
                        records_per_stream: dict[int, int],
@@ -145,6 +148,9 @@ class JobScheduler:
         op.start_time_ms = now_ms()
         self.bus.post(StreamingListenerOutputOperationStarted(_snapshot(op)))
         try:
+            gate = self.output_gate
+            if gate is not None:
+                gate(f"output operation {job.name} of batch {job.time_ms}")
             kill_point("batch.during_output")
             job.func()
         except Exception as exc:

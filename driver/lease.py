@@ -108,6 +108,9 @@ LEASE_CODEC = VersionedCodec("lease record", b"WSLS", {1: LEASE_RECORD_SCHEMA_V1
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 #: Records read back from the end of the log to find a decodable snapshot.
 _TAIL_WINDOW = 16
+#: How long a holder whose hold ran out reads the log to tell a fence from a lost
+#: renewal before it ends the hold (s): the hold ends this soon after its deadline.
+WHY_LOST_BUDGET_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -533,6 +536,13 @@ class Lease:
             raise LeaseLostError(f"lease epoch {self._epoch}: released")
 
     def _renew_loop(self) -> None:
+        """Renew every period; end the hold at its deadline, at once.
+
+        The deadline is the send time of the last confirmed renewal plus the timeout
+        (:attr:`held`): a standby may claim from then on. The loop never sleeps past
+        it, a renewal's own I/O is bounded by it, and finding out why the hold ran out
+        takes at most :data:`WHY_LOST_BUDGET_S`, so the hold ends right after the
+        deadline whether or not the broker can be reached."""
         period = self.config.renew_period_s
         while not self._stop.is_set():
             started = time.monotonic()
@@ -543,24 +553,31 @@ class Lease:
                 return
             except LeaseError:
                 pass  # retried until the hold runs out below
-            if time.monotonic() >= self._valid_until:
+            now = time.monotonic()
+            if now >= self._valid_until:
                 self._end(self._why_lost())
                 return
-            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
+            self._stop.wait(max(0.0, min(period - (now - started), self._valid_until - now)))
 
     def _why_lost(self) -> LeaseError:
-        """Why a hold ran out: fenced when the log (read to its end, bounded) holds a
-        newer epoch, else lost for want of a confirmed renewal."""
+        """Why a hold ran out: fenced when the log, read to its end within
+        :data:`WHY_LOST_BUDGET_S`, holds a newer epoch; else lost for want of a
+        confirmed renewal (a holder cut off from the broker learns no more, and does
+        not wait to)."""
         lost = LeaseLostError(f"lease holder {self.holder_id!r}: no renewal of epoch "
-                              f"{self._epoch} confirmed within {self.config.timeout_s} s")
+                              f"{self._epoch} confirmed within {self.config.timeout_s} s: "
+                              "the hold ran out")
+        if not self._io.acquire(timeout=WHY_LOST_BUDGET_S):
+            return lost
         try:
-            with self._io:
-                self._read_to_end(self._deadline())
-                self._check_log()
+            self._read_to_end(self._deadline(WHY_LOST_BUDGET_S))
+            self._check_log()
         except LeaseFencedError as fenced:
             return fenced
         except LeaseError:
             pass
+        finally:
+            self._io.release()
         return lost
 
     def _end(self, why: LeaseError) -> None:

@@ -26,6 +26,10 @@ def test_enabled_with_defaults_and_spark_times() -> None:
                                    "spark.walstream.ha.takeoverTimeout": "1min",
                                    "spark.walstream.ha.leaseTopic": "my.lease"}, "x")
     assert ha == HaConfig("my.lease", 2.0, 0.25, 60.0)
+    assert ha.output_margin == 0.5  # a quarter of the lease timeout
+    ha = HaConfig.from_spark_conf({"spark.walstream.ha.enabled": "true",
+                                   "spark.walstream.ha.outputMargin": "300ms"}, "x")
+    assert ha is not None and ha.output_margin == 0.3
     cfg = EngineConfig.from_spark_conf({"spark.walstream.ha.enabled": "true"}, app_id="a",
                                        batch_interval_ms=1000, bootstrap_servers="b:1")
     assert cfg.ha is not None and cfg.ha.lease_topic == "walstream.lease.a"
@@ -36,6 +40,9 @@ def test_enabled_with_defaults_and_spark_times() -> None:
     {"spark.walstream.ha.enabled": "true", "spark.walstream.ha.leaseTimeout": "300ms"},
     {"spark.walstream.ha.enabled": "true", "spark.walstream.ha.renewPeriod": "soon"},
     {"spark.walstream.ha.enabled": "true", "spark.walstream.ha.takeoverTimeout": "0s"},
+    {"spark.walstream.ha.enabled": "true", "spark.walstream.ha.outputMargin": "0s"},
+    # A leader renewing on time has at least leaseTimeout - renewPeriod (0.8 s) left.
+    {"spark.walstream.ha.enabled": "true", "spark.walstream.ha.outputMargin": "800ms"},
 ])
 def test_bad_settings_are_refused(conf: dict[str, str]) -> None:
     with pytest.raises(ConfigError):

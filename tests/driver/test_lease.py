@@ -14,12 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from driver.ha_errors import LeaseConfigError, LeaseError, LeaseFencedError, LeaseLostError
+from driver.ha_errors import (
+    LeaseConfigError,
+    LeaseError,
+    LeaseFencedError,
+    LeaseIOError,
+    LeaseLostError,
+)
 from driver.lease import (
     CLAIM,
     LEASE_CODEC,
     RELEASE,
     RENEW,
+    WHY_LOST_BUDGET_S,
     Lease,
     LeaseConfig,
     LeaseState,
@@ -27,6 +34,7 @@ from driver.lease import (
     fold,
 )
 from walstream.errors import ConfigError, WalStreamError
+from walstream.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)
@@ -156,6 +164,42 @@ def test_the_holder_knows_how_long_its_hold_is_certain(
         assert a.valid_for() <= first - 0.1 + 0.005
     a.release()
     assert a.valid_for() == 0.0
+
+
+def test_a_holder_cut_off_from_the_broker_ends_its_hold_at_the_deadline(
+        make_lease: Callable[..., Lease], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No renewal goes through and no read of the log answers (the link is cut): the
+    hold ends, and ``on_lost`` is told, within milliseconds of the deadline, not after
+    another period or a bounded read of the log."""
+    told: list[tuple[float, BaseException]] = []
+    lease = Lease(make_lease.config, "a",  # type: ignore[attr-defined]
+                  on_lost=lambda why: told.append((time.monotonic(), why)))
+    try:
+        assert lease.try_acquire()
+
+        deadlines: list[float] = []
+
+        def cut(*_: object) -> None:
+            if not deadlines:  # no real renewal confirms after this one failed
+                deadlines.append(lease._valid_until)
+            raise LeaseIOError("lease topic: renewal not acknowledged within bound")
+
+        def unanswered(deadline: float) -> None:  # bounded as the real read is
+            time.sleep(max(0.1, deadline - time.monotonic()))
+            raise LeaseIOError("no answer")
+
+        monkeypatch.setattr(lease, "_renew_once", cut)
+        monkeypatch.setattr(lease, "_read_to_end", unanswered)
+        wait_until(lambda: bool(told), 10, "the hold to end", poll_s=0.005)
+        at, why = told[0]
+        deadline = deadlines[0]
+        assert deadline <= at < deadline + WHY_LOST_BUDGET_S + 0.1, \
+            f"ended {at - deadline:.3f} s after the deadline"
+        assert isinstance(why, LeaseLostError) and "ran out" in str(why)
+        assert not lease.held
+    finally:
+        monkeypatch.undo()
+        lease.close()
 
 
 def _race(make_lease: Callable[..., Lease], names: list[str]) -> list[Lease]:
