@@ -129,7 +129,8 @@ def main() -> None:
 def progress_recorder(out: Path) -> Any:
     """A listener writing an app's progress as JSON lines under ``out``, for the
     harness that watches it from another process: ``started.jsonl`` (each start),
-    ``progress.jsonl`` (each completed batch: time, records per stream),
+    ``progress.jsonl`` (each completed batch: time, records per stream; a batch with a
+    failed output operation goes to ``failed.jsonl`` instead),
     ``receivers.jsonl`` (where each receiver started) and ``errors.jsonl``."""
     from driver import StreamingListener
 
@@ -139,6 +140,13 @@ def progress_recorder(out: Path) -> Any:
 
         def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N803
             info = batchCompleted.batchInfo()
+            failed = sorted(op.name() for op in info.outputOperationInfos().values()
+                            if op.failureReason())
+            if failed:  # a batch with a failed output is done, not completed
+                _append(out / "failed.jsonl", {
+                    "pid": os.getpid(), "wall": time.time(),
+                    "batch": info.batchTime().milliseconds(), "outputs": failed})
+                return
             _append(out / "progress.jsonl", {
                 "pid": os.getpid(), "wall": time.time(),
                 "batch": info.batchTime().milliseconds(),

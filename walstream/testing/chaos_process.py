@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,10 @@ class HAPair:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = dict(env or {})
 
-    def launch(self) -> subprocess.Popen[bytes]:
+    def launch(self, wrap: Callable[[list[str]], list[str]] | None = None
+               ) -> subprocess.Popen[bytes]:
+        """Start one more process of the app; ``wrap`` turns its command line into the
+        one to run (a host of a network lab: ``lambda argv: lab.command(host, argv)``)."""
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                    PYTHONPATH=str(ROOT))
         for name in ("PYSPARK_SUBMIT_ARGS", killpoints.ENV, killpoints.FILE_ENV):
@@ -204,6 +208,8 @@ class HAPair:
         if self.kafka_receiver:
             cmd += ["--kafka-receiver"]
         cmd += self.app_args
+        if wrap is not None:
+            cmd = wrap(cmd)
         with open(self.logs / f"app-{len(self.procs)}.log", "ab") as err:
             p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
                                  start_new_session=True, preexec_fn=procs.die_with_parent)

@@ -12,7 +12,11 @@ checkpoint directory shares the app id, so the first to claim the lease leads an
 the others stand by. ``OUT_DIR/progress.jsonl`` gets each completed batch with the
 process id (:func:`~walstream.testing.chaos_app.progress_recorder`);
 ``OUT_DIR/roles.jsonl`` each process's role when its start returned. The process
-logs at INFO to standard error (the test reads the takeover lines there).
+logs at INFO to standard error (the test reads the takeover lines there). With
+``--per-batch-outputs`` it also writes what a user's own ``foreachRDD`` outputs
+would, per batch time (files under ``OUT_DIR/by-time``, lines appended to
+``OUT_DIR/counts.jsonl``), each marked with the writing process, so a checker can
+tell a batch written twice with different contents (split brain).
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="also read the direct topic through the receiver-based Kafka "
                          "stream (its words tagged 'k') and a reliable custom receiver "
                          "that commits a consumer group's offsets (tagged 'r')")
+    ap.add_argument("--per-batch-outputs", action="store_true",
+                    help="also write what a user's own output operations would: each "
+                         "batch's running totals to OUT_DIR/by-time/<batch ms>.json (the "
+                         "last write wins) and to <batch ms>.<pid>.json (what this process "
+                         "wrote), and each batch's word counts appended to "
+                         "OUT_DIR/counts.jsonl with the batch time and the pid")
     ap.add_argument("--slow-output", type=float, default=0.0,
                     help="seconds an extra output operation sleeps in every batch (so a "
                          "batch's two checkpoints, generated and completed, are that far "
@@ -110,6 +120,22 @@ def main(argv: list[str] | None = None) -> None:
                 (Path(out) / "done").touch()
 
         totals.foreachRDD(save_totals)
+        if args.per_batch_outputs:
+            def totals_by_time(t: Any, rdd: Any) -> None:
+                state = dict(rdd.collect())
+                ms, by_time = round(t.timestamp() * 1000), Path(out) / "by-time"
+                by_time.mkdir(exist_ok=True)
+                _write(by_time / f"{ms}.json", state)
+                _write(by_time / f"{ms}.{os.getpid()}.json", state)
+
+            def append_counts(t: Any, rdd: Any) -> None:
+                line = json.dumps({"t": round(t.timestamp() * 1000), "pid": os.getpid(),
+                                   "counts": dict(rdd.collect())}, sort_keys=True)
+                with open(Path(out) / "counts.jsonl", "a") as f:
+                    f.write(line + "\n")
+
+            totals.foreachRDD(totals_by_time)
+            pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(append_counts)
         if args.slow_output > 0:
             pause = args.slow_output
             totals.foreachRDD(lambda t, rdd: time.sleep(pause))
