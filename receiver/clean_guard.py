@@ -13,7 +13,7 @@ marker, the topic deletes: wal/kafka_log.py):
    asked for itself, and answers how long its lease stays valid at least.
 2. Check the grant's proof (the application secret, over this ask's nonce: no
    replayed or forged grant counts).
-3. Go on only if, measured from when the ask was sent, at least ``margin_s`` of
+3. Go on only if, counted from when the ask was sent, at least ``margin_s`` of
    that validity is left: the delete is then issued while the lease is held, with
    ``margin_s`` to spare for the delete request to reach the broker.
 
