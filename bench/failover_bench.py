@@ -22,10 +22,14 @@ backlog and kill. One measurement:
    wait while the line servers go on for ``backlog x block_ms / receivers``.
 5. **Crash.** SIGKILL of the leader's whole process group; the gate goes at once
    (so the standby's batches are not held), and the standby is left to notice the
-   lease expire and take over. Nothing is restarted.
-6. From the SIGKILL: **first batch** (the first batch the standby completes) and
-   **caught up** (the first completed batch whose time is after the SIGKILL: the
-   whole backlog done).
+   lease expire and take over. Nothing is restarted. From the kill on, the first
+   line server serves its newest connection (the new leader's receiver) with lines
+   that begin with ``FRESH_WORD``, at ``RATE`` as in the history: data produced
+   after the fault.
+6. From the SIGKILL: **first batch** (the first batch the standby completes),
+   **new data** (the first completed batch that counted a fresh word: what a user
+   waits for to see data produced after the fault) and **caught up** (the first
+   completed batch whose time is after the SIGKILL: the whole backlog done).
 
 The backlog in blocks is counted as for the cold restart (block intervals from the
 last completed batch to the kill, plus the other receivers' blocks of the backlog
@@ -41,13 +45,15 @@ import json
 import os
 import signal
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import log
 from bench.failover_probe import CostProbe
-from bench.peer_apps import App, LineServer, Phase, wait_connected
+from bench.peer_apps import FRESH_WORD, App, LineServer, Phase, wait_connected
 from bench.recovery_runs import BLOCK_MS, RATE, Recovery, app_master, send_all
 
 IMPL = "ours-ha"
@@ -101,18 +107,30 @@ def nominal_blocks(killed_ms: float, done_ms: int, block_ms: int, receivers: int
             + (receivers - 1) * round(backlog_s * 1000 / block_ms))
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """Seconds from the SIGKILL to the standby's first completed batch, to its first
+    that counted data sent after the kill, and to its first whose time is after the
+    kill (NaN: none yet); the batches it re-ran before that one."""
+
+    first: float
+    fresh: float
+    caught: float
+    rerun: int
+
+
 def takeover_figures(batches: list[dict[str, Any]], standby_pid: int,
-                     killed_wall: float) -> tuple[float, float, int]:
-    """(first batch, caught up, batches re-run) in seconds from the SIGKILL, from the
-    app's batch lines: the standby's first completed batch, and its first whose time
-    is after the kill (NaN: none yet)."""
+                     killed_wall: float) -> Takeover:
+    """Step 6's figures from the app's batch lines."""
+    nan = float("nan")
     mine = [b for b in batches if b.get("pid") == standby_pid]
-    first = mine[0]["wall"] - killed_wall if mine else float("nan")
+    first = mine[0]["wall"] - killed_wall if mine else nan
+    fresh = next((b["wall"] - killed_wall for b in mine if b.get("fresh", 0) > 0), nan)
     late = [b for b in mine if b["t"] >= killed_wall * 1000]
     if not late:
-        return first, float("nan"), 0
+        return Takeover(first, fresh, nan, 0)
     rerun = sum(1 for b in mine if b["t"] < killed_wall * 1000)
-    return first, late[0]["wall"] - killed_wall, rerun
+    return Takeover(first, fresh, late[0]["wall"] - killed_wall, rerun)
 
 
 def measure_failover(bootstrap: str, workdir: Path, backlog: int, history_s: float,
@@ -125,7 +143,7 @@ def measure_failover(bootstrap: str, workdir: Path, backlog: int, history_s: flo
     run_dir = Path(tempfile.mkdtemp(prefix="ha-", dir=workdir))
     servers = [LineServer() for _ in range(receivers)]
     gate, role_file = run_dir / "gate", run_dir / "roles.jsonl"
-    env = {"PEER_GATE": str(gate), "PEER_ROLES": str(role_file)}
+    env = {"PEER_GATE": str(gate), "PEER_ROLES": str(role_file), "PEER_FRESH_WORD": FRESH_WORD}
     extra = ["--block-interval-ms", str(block_ms), "--master", app_master(receivers),
              "--extra-ports", ",".join(str(s.port) for s in servers[1:])]
     apps: list[App] = []
@@ -153,7 +171,8 @@ def measure_failover(bootstrap: str, workdir: Path, backlog: int, history_s: flo
         if res.kill_wall:
             res.ran_s = res.kill_wall - leader.started_wall
         log(f"{IMPL} ({receivers} receiver(s)): backlog {res.nominal_blocks} blocks / "
-            f"{res.backlog_lines} lines: first batch {res.first_batch_s:.2f} s, caught up "
+            f"{res.backlog_lines} lines: first batch {res.first_batch_s:.2f} s, first with "
+            f"new data {res.fresh_data_s:.2f} s, caught up "
             f"{res.caught_up_s:.1f} s from the SIGKILL ({res.batches_rerun} batches "
             f"re-run); standby {res.steady['standby_cpu']:.2f} cores, "
             f"{res.steady['standby_rss_mib']:.0f} MiB while standing by {res.note}")
@@ -187,21 +206,47 @@ def _fail_over(leader: App, standby: App, servers: list[LineServer], gate: Path,
     with contextlib.suppress(ProcessLookupError):
         os.killpg(leader.proc.pid, signal.SIGKILL)  # 5. crash
     gate.unlink()
-    leader.kill()  # the same SIGKILL again, and the wait until the group is gone
-    res.kill_wall = res.restart_wall = killed  # nothing restarts: both clocks start here
-    res.nominal_blocks = nominal_blocks(killed * 1000, done_ms, block_ms, receivers,
-                                        backlog_s)
+    stop_feeding = threading.Event()
+    # As the history: the first line server only, at RATE (one block per interval).
+    feeder = threading.Thread(target=_feed_fresh, args=(servers[0], RATE, timeout_s,
+                                                        stop_feeding), daemon=True)
+    feeder.start()
+    try:
+        leader.kill()  # the same SIGKILL again, and the wait until the group is gone
+        res.kill_wall = res.restart_wall = killed  # nothing restarts: both clocks here
+        res.nominal_blocks = nominal_blocks(killed * 1000, done_ms, block_ms, receivers,
+                                            backlog_s)
+        _await_takeover(standby, killed, res, timeout_s)  # 6.
+    finally:
+        stop_feeding.set()
+        feeder.join(10)
+    res.timeline = [(b["wall"], int(b["words"])) for b in standby.batches()]
+
+
+def _feed_fresh(server: LineServer, rate: float, timeout_s: float,
+                stop: threading.Event) -> None:
+    """Step 5's fresh lines to the newest receiver of ``server`` until ``stop``."""
+    try:
+        server.serve_newest(timeout_s)
+    except TimeoutError:
+        return  # the figure stays NaN and the run's note says why
+    server.serve_fresh()
+    server.run_phase(Phase(rate), timeout_s, stop=stop)
+
+
+def _await_takeover(standby: App, killed: float, res: Recovery, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:  # 6.
-        first, caught, rerun = takeover_figures(standby.batches(), standby.proc.pid, killed)
-        res.first_batch_s = first
-        if caught == caught:
-            res.caught_up_s, res.batches_rerun = caught, rerun
-            break
+    while time.monotonic() < deadline:
+        fig = takeover_figures(standby.batches(), standby.proc.pid, killed)
+        res.first_batch_s, res.fresh_data_s = fig.first, fig.fresh
+        if fig.caught == fig.caught and fig.fresh == fig.fresh:
+            res.caught_up_s, res.batches_rerun = fig.caught, fig.rerun
+            return
         if standby.proc.poll() is not None:
             res.note = f"the standby exited ({standby.proc.returncode}) after the kill"
-            break
+            return
         time.sleep(0.1)
-    else:
-        res.note = f"not caught up in {timeout_s:.0f} s"
-    res.timeline = [(b["wall"], int(b["words"])) for b in standby.batches()]
+    fig = takeover_figures(standby.batches(), standby.proc.pid, killed)
+    res.caught_up_s, res.batches_rerun = fig.caught, fig.rerun
+    res.note = (f"no batch with data sent after the kill in {timeout_s:.0f} s"
+                if fig.caught == fig.caught else f"not caught up in {timeout_s:.0f} s")

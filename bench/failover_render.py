@@ -17,8 +17,10 @@ from bench.failover_bench import STANDBY_SETTLE_S
 from bench.recovery_runs import Cell
 
 IMPL = "ours-ha"
-#: The issue's target: the failover's median first batch at most this, at every backlog.
+#: The targets, at every backlog: the failover's median first batch at most TARGET_S,
+#: and its median first batch with data sent after the kill at most FRESH_TARGET_S.
 TARGET_S = 2.0
+FRESH_TARGET_S = 2.5
 LABEL = "(c) walstream hot standby (HA)"
 
 
@@ -51,6 +53,12 @@ def verdict(cell: Cell) -> str:
     return "met" if m == m and m <= TARGET_S else "missed"
 
 
+def fresh_verdict(cell: Cell) -> str:
+    """The same for the first batch with data sent after the kill."""
+    m = _median(cell.fresh)
+    return "met" if m == m and m <= FRESH_TARGET_S else "missed"
+
+
 def config_facts(cfg: dict[str, Any]) -> dict[str, str]:
     """The configuration rows the failover adds to the results file."""
     return {
@@ -63,6 +71,9 @@ def config_facts(cfg: dict[str, Any]) -> dict[str, str]:
                         f"restarted. The history starts {STANDBY_SETTLE_S:.0f} s after the "
                         "standby is ready (its workers' warm-up job runs in the background)",
         "Failover first batch": "SIGKILL -> first batch completed by the standby",
+        "Failover new data": "SIGKILL -> first batch completed by the standby that counted "
+                             "data sent after the SIGKILL (from the kill on, each line "
+                             "server sends its new receiver lines marked as fresh)",
         "Failover caught up": "SIGKILL -> first batch completed by the standby whose time "
                               "is after the SIGKILL (the whole backlog processed)",
         "Standby cost": f"over the {cfg['history_s']:.0f} s history, the standby standing "
@@ -85,13 +96,17 @@ def section(cells: dict[tuple[str, int], Cell], backlogs: list[int]) -> list[str
         ma = _median(a.first) if a is not None else float("nan")
         mo = _median(o.first) if o is not None else float("nan")
         blocks = f"{statistics.median(h.blocks):,.0f}" if h.blocks else "n/a"
-        rows.append([f"{b:,}", blocks, _fmt(h.first, 2), _fmt(h.caught),
+        rows.append([f"{b:,}", blocks, _fmt(h.first, 2), _fmt(h.fresh, 2), _fmt(h.caught),
                      _fmt(a.first) if a is not None else "n/a",
                      _fmt(o.first) if o is not None else "n/a",
-                     _ratio(mh, ma), _ratio(mh, mo), verdict(h)])
+                     _ratio(mh, ma), _ratio(mh, mo), verdict(h), fresh_verdict(h)])
         said = f"{mh:.2f} s" if mh == mh else "no figure"
+        mf = _median(h.fresh)
+        said_fresh = f"{mf:.2f} s" if mf == mf else "no figure"
         verdicts.append(f"- backlog {b:,}: failover first batch median {said} (target <= "
-                        f"{TARGET_S:.0f} s): **{verdict(h)}**")
+                        f"{TARGET_S:.0f} s): **{verdict(h)}**; first batch with new data "
+                        f"median {said_fresh} (target <= {FRESH_TARGET_S:.1f} s): "
+                        f"**{fresh_verdict(h)}**")
         s = h.steady
         if s:
             cpu = s.get("standby_cpu", [])
@@ -106,9 +121,11 @@ def section(cells: dict[tuple[str, int], Cell], backlogs: list[int]) -> list[str
         "the restarts' first batch from their restart command (as above). Ratios: median "
         "over median.", "",
         md_table(["Backlog (blocks)", "Blocks (c)", f"{LABEL} first batch (s)",
-                  "(c) caught up (s)", "(a) Spark restart first batch (s)",
+                  "(c) first batch with new data (s)", "(c) caught up (s)",
+                  "(a) Spark restart first batch (s)",
                   "(b) walstream restart first batch (s)", "(c)/(a)", "(c)/(b)",
-                  f"target <= {TARGET_S:.0f} s"], rows), "",
+                  f"first batch <= {TARGET_S:.0f} s",
+                  f"new data <= {FRESH_TARGET_S:.1f} s"], rows), "",
         *verdicts, "",
     ]
     if cost_rows:

@@ -34,8 +34,10 @@ standby's ``start()`` returns once it stands by warm.
 
 Per completed batch one JSON line goes to ``--out``: batch time, records, scheduling,
 processing and total delay (ms), the words the batch counted (the sum of its
-word counts, which checks that the records went through the whole job), the wall
-clock at completion and the app's process id.
+word counts, which checks that the records went through the whole job), those of
+them that were the word named by ``PEER_FRESH_WORD`` (0 when unset: the failover
+benchmark's mark on lines sent after its kill), the wall clock at completion and
+the app's process id.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ import threading
 import time
 from typing import Any
 
-# Words counted per batch time, filled by the output operation, read by the listener.
-_WORDS: dict[int, int] = {}
+# (words, fresh words) counted per batch time, filled by the output operation, read
+# by the listener.
+_WORDS: dict[int, tuple[int, int]] = {}
 _LOCK = threading.Lock()
 
 
@@ -59,9 +62,16 @@ def _record(t: Any, rdd: Any) -> None:
     gate = os.environ.get("PEER_GATE", "")
     while gate and os.path.exists(gate):
         time.sleep(0.1)
-    n = rdd.map(lambda kv: kv[1]).sum() if not rdd.isEmpty() else 0
+    fresh_word = os.environ.get("PEER_FRESH_WORD", "")
+    if rdd.isEmpty():
+        n, fresh = 0, 0
+    elif fresh_word:  # one job for both sums, as the plain count is one job
+        n, fresh = rdd.map(lambda kv: (kv[1], kv[1] if kv[0] == fresh_word else 0)).reduce(
+            lambda a, b: (a[0] + b[0], a[1] + b[1]))
+    else:
+        n, fresh = rdd.map(lambda kv: kv[1]).sum(), 0
     with _LOCK:
-        _WORDS[round(t.timestamp() * 1000)] = int(n)
+        _WORDS[round(t.timestamp() * 1000)] = (int(n), int(fresh))
 
 
 def _report_role(ssc: Any) -> None:
@@ -133,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             info = batchCompleted.batchInfo()
             t = int(info.batchTime().milliseconds())
             with _LOCK:
-                counted = _WORDS.pop(t, 0)
+                counted, fresh = _WORDS.pop(t, (0, 0))
             out.write(json.dumps({
                 "t": t, "records": int(info.numRecords()),
                 "scheduling_ms": int(info.schedulingDelay()),
                 "processing_ms": int(info.processingDelay()),
                 "total_ms": int(info.totalDelay()), "words": counted,
-                "wall": time.time(), "pid": os.getpid()}) + "\n")
+                "fresh": fresh, "wall": time.time(), "pid": os.getpid()}) + "\n")
 
     ssc.addStreamingListener(Recorder())
     stop = threading.Event()

@@ -29,16 +29,22 @@ BATCH_S = 1.0
 
 
 WORDS_PER_LINE = 12  # the default line: 12 words, about 95 bytes
+#: The first word of each line a LineServer sends once told ``serve_fresh`` (not in the
+#: vocabulary): a batch that counts it holds data sent after that moment.
+FRESH_WORD = "fresh"
 
 
-def lines_pool(words: int = WORDS_PER_LINE, seed: int = 7) -> list[bytes]:
+def lines_pool(words: int = WORDS_PER_LINE, seed: int = 7,
+               lead: str | None = None) -> list[bytes]:
     """The lines a LineServer cycles through (``words`` words from a seeded vocabulary
-    of 1000, newline-terminated); the floor job counts the same lines."""
+    of 1000, newline-terminated; with ``lead``, that word first and one fewer from the
+    vocabulary); the floor job counts the same lines."""
     rnd = random.Random(seed)
     vocab = [f"word{i:03d}" for i in range(1000)]
     n = max(100, 60_000 // words)
-    return [(" ".join(rnd.choice(vocab) for _ in range(words)) + "\n").encode()
-            for _ in range(n)]
+    first = [lead] if lead else []
+    return [(" ".join(first + [rnd.choice(vocab) for _ in range(words - len(first))])
+             + "\n").encode() for _ in range(n)]
 
 
 @dataclass
@@ -104,13 +110,20 @@ class LineServer:
             with contextlib.suppress(OSError):
                 old.close()
 
-    def run_phase(self, phase: Phase, seconds: float) -> None:
+    def serve_fresh(self) -> None:
+        """Every line sent from now on begins with :data:`FRESH_WORD`."""
+        self._pool = lines_pool(self.words_per_line, lead=FRESH_WORD)
+        self._i = 0
+
+    def run_phase(self, phase: Phase, seconds: float,
+                  stop: threading.Event | None = None) -> None:
+        """Send at ``phase.offered`` lines/s for ``seconds`` (or until ``stop`` is set)."""
         assert self._conn is not None
         phase.start = time.time()
         t0 = time.monotonic()
         while True:
             elapsed = time.monotonic() - t0
-            if elapsed >= seconds:
+            if elapsed >= seconds or (stop is not None and stop.is_set()):
                 break
             due = int(phase.offered * elapsed) - phase.sent
             if due > 0:

@@ -141,6 +141,8 @@ class Recovery:
     backlog_lines: int = 0
     first_batch_s: float = float("nan")
     caught_up_s: float = float("nan")
+    #: ``ours-ha`` only: the first completed batch with data sent after the kill.
+    fresh_data_s: float = float("nan")
     batches_rerun: int = 0
     note: str = ""
     kill_wall: float = 0.0  # time.time() of the SIGKILL
@@ -156,6 +158,7 @@ class Recovery:
 class Cell:
     first: list[float] = field(default_factory=list)
     caught: list[float] = field(default_factory=list)
+    fresh: list[float] = field(default_factory=list)  # ``ours-ha`` only
     blocks: list[int] = field(default_factory=list)
     exact: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -167,6 +170,8 @@ class Cell:
     def add(self, r: Recovery) -> None:
         self.first.append(r.first_batch_s)
         self.caught.append(r.caught_up_s)
+        if r.impl == "ours-ha":
+            self.fresh.append(r.fresh_data_s)
         self.blocks.append(r.nominal_blocks)
         self.ran.append(r.ran_s)
         self.example = self.example or r
@@ -219,6 +224,7 @@ def prefill(cells: dict[tuple[str, int], Cell], earlier: Earlier) -> None:
         for b, fig in per.items():
             c = cells[(impl, int(b))]
             c.first, c.caught = nums(fig["first"]), nums(fig["caught"])
+            c.fresh = nums(fig.get("fresh", []))
             c.blocks, c.exact = list(fig["blocks"]), list(fig.get("exact", []))
             c.ran = list(fig.get("ran_s", []))
             if "steady" in fig:
@@ -239,6 +245,8 @@ def cells_json(cells: dict[tuple[str, int], Cell], cfg: dict[str, Any],
             out["cells"].setdefault(impl, {})[str(b)] = {
                 "first": nums(c.first), "caught": nums(c.caught), "blocks": c.blocks,
                 "exact": c.exact, "ran_s": [round(v, 1) for v in c.ran]}
+            if c.fresh:
+                out["cells"][impl][str(b)]["fresh"] = nums(c.fresh)
             if c.steady:
                 out["cells"][impl][str(b)]["steady"] = {
                     k: nums([round(v, 3) for v in vs]) for k, vs in c.steady.items()}

@@ -306,7 +306,8 @@ class StreamingEngine:
             before_allocate=self._before_allocate,
             allocate_retries=self.config.allocate_retries,
             allocate_backoff_ms=self.config.allocate_backoff_ms,
-            on_fatal=self._on_fatal)
+            on_fatal=self._on_fatal,
+            driver_streams=[s for s in self._stream_ids if s not in self.receivers])
         self._tracker = tracker
 
     # -- high availability (driver/ha.py drives these) ---------------------------
@@ -340,8 +341,8 @@ class StreamingEngine:
         tracker = ReceivedBlockTracker(self._stream_ids, wal, recover_from_wal=False)
         return TrackerTail(tracker, wal.follow())
 
-    def take_over(self, epoch: int, timeout_s: float,
-                  claimed_at_s: float | None = None) -> None:
+    def take_over(self, epoch: int, timeout_s: float, claimed_at_s: float | None = None,
+                  old_leader_last_seen_s: float | None = None) -> None:
         """Lead epoch ``epoch`` (won, sinks and checkpoints fenced by the caller):
 
         1. Stop following and read the driver WAL to its end: the tracker holds
@@ -351,7 +352,8 @@ class StreamingEngine:
            beyond those ends, which no reader takes.
         3. Log ``EpochStarted(epoch)`` in it; every event from now carries the epoch.
         4. Build the job generator over this tracker (its first batch timed from
-           ``claimed_at_s``, wall seconds, when given); :meth:`start` follows.
+           ``claimed_at_s``, wall seconds, when given, and from the old leader's last
+           renewal read, ``old_leader_last_seen_s``); :meth:`start` follows.
 
         A follower that found a write out of order in 1 (``FollowGapError``) is not
         trusted: the tracker is then rebuilt by a replay of the whole chain."""
@@ -380,7 +382,7 @@ class StreamingEngine:
         with self._recover_lock:
             self._build_generator(tail.tracker)                                # 4
         if claimed_at_s is not None:
-            self.generator.restart_log.took_over(claimed_at_s)
+            self.generator.restart_log.took_over(claimed_at_s, old_leader_last_seen_s)
 
     def live(self) -> Live:
         """What the metrics read when scraped: batches not done, receivers now."""

@@ -78,6 +78,9 @@ class HighAvailability:
         self.lease: Lease | None = None
         self.role = "none"
         self.took_over_s: float | None = None  # expiry seen -> leading, the last takeover
+        #: Wall seconds of the last renewal read from the leader this process took over
+        #: from (None: it did not take over).
+        self.old_leader_last_seen_s: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -119,6 +122,8 @@ class HighAvailability:
                 if not view.expired:
                     continue
                 seen = time.monotonic()
+                # Wall time of the old leader's last renewal read: its fault came after.
+                self.old_leader_last_seen_s = time.time() - self.lease.silent_s()
                 if self.lease.try_acquire(self._floor()):
                     self._become_leader(seen)
                     return

@@ -166,7 +166,8 @@ class HighAvailabilityMixin:
                     data = self._recovered
             steps.append(time.monotonic())
             kill_point("ha.after_checkpoint_fence")
-            engine.take_over(epoch, timeout_s, claimed_at_s)                     # 4
+            engine.take_over(epoch, timeout_s, claimed_at_s,                     # 4
+                             old_leader_last_seen_s=ha.old_leader_last_seen_s)
             steps.append(time.monotonic())
             self._run_engine(data, conf)                                         # 5
             steps.append(time.monotonic())

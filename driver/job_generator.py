@@ -69,7 +69,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -183,11 +183,13 @@ class JobGenerator:
         on_fatal: Callable[[BaseException], None] | None = None,
         clock: Callable[[], float] = time.time,
         catch_up_log_interval_s: float = CATCH_UP_LOG_INTERVAL_S,
+        driver_streams: Iterable[int] = (),
     ) -> None:
         """``on_fatal(error)`` is called once, on the loop thread, when a batch could
         not be prepared (see the module docstring); it must not wait for the loop.
         ``clock`` (wall seconds, the tracker's clock) times the restart's log lines
-        (:class:`~driver.restart_log.RestartLog`)."""
+        (:class:`~driver.restart_log.RestartLog`); ``driver_streams``: the input
+        streams read by the driver (direct streams), not by receivers."""
         self.before_allocate = before_allocate
         self.allocate_retries = max(0, allocate_retries)
         self.allocate_backoff_ms = max(0, allocate_backoff_ms)
@@ -215,7 +217,8 @@ class JobGenerator:
         self._deferred_lock = threading.Lock()
         self._on_drained: list[Callable[[], None]] = []
         self._build_all = threading.Event()  # a graceful stop out of time: no lookahead
-        self.restart_log = RestartLog(tracker, clock, catch_up_log_interval_s)
+        self.restart_log = RestartLog(tracker, clock, catch_up_log_interval_s,
+                                      driver_streams=driver_streams)
         # Set once a batch completed (or the generator stops).
         self.first_batch_done = threading.Event()
 
@@ -261,7 +264,7 @@ class JobGenerator:
 
     def on_batch_completed(self, info: BatchInfo) -> None:
         """Wire this to JobScheduler(on_batch_completed=...)."""
-        self.restart_log.batch_completed(info.batch_time_ms)
+        self.restart_log.batch_completed(info.batch_time_ms, info.num_records_per_stream)
         self.first_batch_done.set()
         self._post(ClearMetadata(info.batch_time_ms))
 
@@ -321,6 +324,8 @@ class JobGenerator:
             self.tracker.allocate_blocks_to_batch(t)  # logged before it takes effect
         except TrackerWriteError as exc:
             log.error("batch %d: %s", t, exc)
+        if checkpoint:  # a new batch, not a resubmitted one
+            self.restart_log.new_batch_allocated(t)
         with self._deferred_lock:
             self._deferred.append((t, checkpoint, int(time.time() * 1000)))
         with self._allocated:

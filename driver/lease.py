@@ -454,6 +454,11 @@ class Lease:
             expired = False
         return LeaseView(s, expired)
 
+    def silent_s(self) -> float:
+        """Seconds since this reader last read a sign of life of the current holder
+        (its claim or a renewal); read before a claim, it dates the holder's end."""
+        return time.monotonic() - self._last_live
+
     def try_acquire(self, floor: int = 0) -> bool:
         """Claim the next epoch if the lease is free or expired; True when this
         participant holds the lease on return.

@@ -150,6 +150,9 @@ class ReceivedBlockTracker:
         self._replaying = False
         self.corrupt_events = 0
         self.fenced_events = 0
+        #: The id of the first block this tracker logged itself (not replayed): the
+        #: first data its own receivers stored, for the restart's log lines.
+        self.first_own_block: str | None = None
         self.recovery_stats = RecoveryStats(0, 0, 0.0, clock())
         if wal is not None and recover_from_wal:
             self._recover(replay_progress or ProgressReporter(
@@ -449,6 +452,8 @@ class ReceivedBlockTracker:
         with self._lock:
             applies = self._passes_cut(event)
             self._apply(event)
+            if applies and self.first_own_block is None:
+                self.first_own_block = info.block_id
             if not applies:
                 # Logged, then a newer cut reached the tracker first: void.
                 self._refuse_if_fenced()

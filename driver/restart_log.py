@@ -10,18 +10,27 @@ At INFO, each once or at most every ``CATCH_UP_LOG_INTERVAL_S``:
   restart to then: from the start of the tracker's WAL replay
   (:attr:`~driver.received_block_tracker.ReceivedBlockTracker.recovery_stats`),
   the first step of a restarted ``StreamingContext.start``. It is kept in
-  :attr:`RestartLog.first_batch_after_restart_s` for the metrics.
+  :attr:`RestartLog.first_batch_after_restart_s` for the metrics;
+* the first completed batch with new data: data this process ingested itself,
+  which is what a user waits for after a crash. That is the batch holding the
+  first block this process's tracker logged (its receivers' first stored block),
+  or a new (not resubmitted) batch with records from a direct stream, whose
+  ranges this process fetched; whichever completes first. Kept in
+  :attr:`RestartLog.first_new_data_s`.
 
 A start is a restart when the replay found events or batches were resubmitted; a
 first start logs none of this. A hot standby that takes over replayed its WAL long
-before: its first batch is timed from the takeover (:meth:`RestartLog.took_over`).
+before: its batches are timed from the takeover (:meth:`RestartLog.took_over`) and
+also from the old leader's last renewal it read, the latest instant the old
+leader is known to have been alive (its fault came after it, by at most the
+renewal period).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from driver.received_block_tracker import ReceivedBlockTracker
 from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
@@ -38,22 +47,66 @@ class RestartLog:
     tracker's clock."""
 
     def __init__(self, tracker: ReceivedBlockTracker, clock: Callable[[], float],
-                 interval_s: float = CATCH_UP_LOG_INTERVAL_S) -> None:
+                 interval_s: float = CATCH_UP_LOG_INTERVAL_S,
+                 driver_streams: Iterable[int] = ()) -> None:
         self.tracker = tracker
         self.clock = clock
         self.interval_s = interval_s
+        self.driver_streams = frozenset(driver_streams)
         self.first_batch_after_restart_s: float | None = None
+        self.first_new_data_s: float | None = None
+        self._restarted_at_s: float | None = None  # what the first-batch line timed from
+        self._old_leader_last_seen_s: float | None = None
+        self._first_new_ms: int | None = None  # the first batch allocated as new
+        self._own_block_batch_ms: int | None = None  # the batch of the first own block
         self._lock = threading.Lock()
         self._any_completed = False
         self._left: set[int] = set()
         self._catch_up: ProgressReporter | None = None
         self._took_over_at_s: float | None = None
 
-    def took_over(self, at_s: float) -> None:
+    def took_over(self, at_s: float, old_leader_last_seen_s: float | None = None) -> None:
         """This driver took over at ``at_s`` (the clock's seconds) as a standby: its
-        first batch is timed from then, not from its replay."""
+        first batch is timed from then, not from its replay, and also from
+        ``old_leader_last_seen_s`` when known."""
         with self._lock:
             self._took_over_at_s = at_s
+            self._old_leader_last_seen_s = old_leader_last_seen_s
+
+    def new_batch_allocated(self, t: int) -> None:
+        """Batch ``t`` (not a resubmitted one) has its blocks: does it hold the first
+        block this process's tracker logged? Blocks go to the first batch allocated
+        after they were logged, so the first allocation checked after that block
+        exists is the one that took it."""
+        with self._lock:
+            if self.first_new_data_s is not None:
+                return
+            if self._first_new_ms is None:
+                self._first_new_ms = t
+            first = self.tracker.first_own_block
+            if first is None or self._own_block_batch_ms is not None:
+                return
+            if any(b.block_id == first
+                   for blocks in self.tracker.get_blocks_of_batch(t).values() for b in blocks):
+                self._own_block_batch_ms = t
+
+    def _holds_new_data(self, t: int, records: Mapping[int, int]) -> bool:
+        if self._own_block_batch_ms is not None and t >= self._own_block_batch_ms:
+            return True
+        return (self._first_new_ms is not None and t >= self._first_new_ms
+                and any(records.get(s, 0) > 0 for s in self.driver_streams))
+
+    def _since(self) -> str:
+        """Where the new-data line is timed from, for the log."""
+        now = self.clock()
+        assert self._restarted_at_s is not None
+        what = "the lease was claimed" if self._took_over_at_s is not None \
+            else "the restart began"
+        text = f"{now - self._restarted_at_s:.2f} s after {what}"
+        if self._old_leader_last_seen_s is not None:
+            text += (f", {now - self._old_leader_last_seen_s:.2f} s after the old "
+                     "leader's last renewal read")
+        return text
 
     def begin_catch_up(self, times: list[int]) -> None:
         """The job generator starts with these resubmitted batch times (sorted)."""
@@ -82,24 +135,36 @@ class RestartLog:
                  snap.elapsed_s, format_rate(snap.rate),
                  "unknown" if eta is None else f"{eta:.0f} s")
 
-    def batch_completed(self, t: int) -> None:
-        """Batch ``t`` completed: the first-batch line, and the catch-up's batches left."""
+    def batch_completed(self, t: int, records: Mapping[int, int] | None = None) -> None:
+        """Batch ``t`` completed, with ``records`` per input stream: the first-batch
+        and new-data lines, and the catch-up's batches left."""
         with self._lock:
             now = self.clock()
             if not self._any_completed:
                 self._any_completed = True
                 stats = self.tracker.recovery_stats
                 if self._took_over_at_s is not None:
+                    self._restarted_at_s = self._took_over_at_s
                     self.first_batch_after_restart_s = now - self._took_over_at_s
+                    last_seen = "" if self._old_leader_last_seen_s is None else (
+                        f", {now - self._old_leader_last_seen_s:.2f} s after the old "
+                        "leader's last renewal read")
                     log.info("first batch after the takeover completed: batch %d, %.2f s "
-                             "after the lease was claimed", t,
-                             self.first_batch_after_restart_s)
+                             "after the lease was claimed%s", t,
+                             self.first_batch_after_restart_s, last_seen)
                 elif stats.events_replayed or self._catch_up is not None:
+                    self._restarted_at_s = stats.started_at_s
                     self.first_batch_after_restart_s = now - stats.started_at_s
                     log.info("first batch after the restart completed: batch %d, %.1f s after "
                              "the restart began (WAL replay of %d events: %.1f s)", t,
                              self.first_batch_after_restart_s, stats.events_replayed,
                              stats.seconds)
+            if (self._restarted_at_s is not None and self.first_new_data_s is None
+                    and self._holds_new_data(t, records or {})):
+                self.first_new_data_s = now - self._restarted_at_s
+                log.info("first batch with new data after the %s completed: batch %d, %s",
+                         "takeover" if self._took_over_at_s is not None else "restart", t,
+                         self._since())
             if self._catch_up is None or t not in self._left:
                 return
             self._left.discard(t)

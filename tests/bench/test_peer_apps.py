@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
-from bench.peer_apps import LineServer, Phase, lines_pool
+from bench.peer_apps import FRESH_WORD, LineServer, Phase, lines_pool
 
 
 def _client(server: LineServer) -> socket.socket:
@@ -74,6 +75,32 @@ def test_big_lines_are_sent_whole_in_bounded_chunks() -> None:
         while got.count(b"\n") < phase.sent:
             got += c.recv(1 << 20)
         assert all(len(line.split()) == 1250 for line in got.splitlines())
+    finally:
+        server.close()
+        c.close()
+
+
+def test_fresh_lines_lead_with_the_fresh_word_and_a_phase_stops_when_told() -> None:
+    assert all(not line.startswith(FRESH_WORD.encode()) for line in lines_pool())
+    fresh = lines_pool(lead=FRESH_WORD)
+    assert all(line.split()[0] == FRESH_WORD.encode() and len(line.split()) == 12
+               for line in fresh)
+    server = LineServer()
+    c = _client(server)
+    try:
+        assert server.connected.wait(5)
+        server.serve_fresh()
+        stop = threading.Event()
+        stop.set()
+        phase = Phase(2000.0)
+        server.run_phase(phase, 30.0, stop=stop)  # returns at once: told to stop
+        assert phase.sent == 0
+        phase = Phase(2000.0)
+        server.run_phase(phase, 0.2)
+        got = b""
+        while got.count(b"\n") < phase.sent:
+            got += c.recv(65536)
+        assert got.splitlines() and all(line.startswith(b"fresh ") for line in got.splitlines())
     finally:
         server.close()
         c.close()

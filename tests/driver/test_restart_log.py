@@ -10,7 +10,7 @@ import pytest
 
 from driver.received_block_tracker import ReceivedBlockTracker
 from driver.restart_log import RestartLog
-from tests.driver.generator_harness import Harness
+from tests.driver.generator_harness import Harness, block
 from walstream.testing import MemoryWAL, wait_until
 
 LOG = "driver.restart_log"
@@ -119,3 +119,66 @@ def test_a_takeover_times_its_first_batch_from_the_claim(
     assert messages(caplog)[1] == ("first batch after the takeover completed: batch 1000, "
                                    "1.25 s after the lease was claimed")
     assert r.first_batch_after_restart_s == pytest.approx(1.25)
+
+
+def test_a_takeover_times_its_first_batch_of_new_data_from_the_old_leaders_last_renewal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Replayed blocks and the backlog's batches are old data; the first batch that
+    # holds a block this process's receivers stored is the first with new data.
+    clock = Clock()
+    tracker = replayed_tracker(clock)
+    tracker.add_block(block(0, 5))  # as if logged before the takeover by the old leader
+    tracker.first_own_block = None
+    r = RestartLog(tracker, clock)
+    clock.now += 60.0
+    r.took_over(clock.now, old_leader_last_seen_s=clock.now - 1.1)
+    with caplog.at_level(logging.INFO, logger=LOG):
+        r.begin_catch_up([1000])
+        tracker.allocate_blocks_to_batch(1000)
+        clock.now += 0.5
+        r.batch_completed(1000, {0: 5})  # records, but replayed ones: old data
+        tracker.allocate_blocks_to_batch(2000)
+        r.new_batch_allocated(2000)  # a new batch, no block of its own receivers yet
+        own = block(0, 7)
+        tracker.add_block(own)
+        assert tracker.first_own_block == own.block_id
+        tracker.allocate_blocks_to_batch(3000)
+        r.new_batch_allocated(3000)  # holds it
+        tracker.add_block(block(0, 3))
+        tracker.allocate_blocks_to_batch(4000)
+        r.new_batch_allocated(4000)
+        clock.now += 0.5
+        r.batch_completed(2000, {0: 0})
+        assert r.first_new_data_s is None
+        clock.now += 0.75
+        r.batch_completed(3000, {0: 7})
+        r.batch_completed(4000, {0: 3})
+    lines = messages(caplog)
+    assert lines[2].startswith("caught up after the down time")
+    assert lines[1] == ("first batch after the takeover completed: batch 1000, 0.50 s after "
+                        "the lease was claimed, 1.60 s after the old leader's last renewal "
+                        "read")
+    assert lines[3:] == ["first batch with new data after the takeover completed: batch "
+                         "3000, 1.75 s after the lease was claimed, 2.85 s after the old "
+                         "leader's last renewal read"]
+    assert r.first_new_data_s == pytest.approx(1.75)
+
+
+def test_a_direct_stream_s_first_new_batch_with_records_is_new_data(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    r = RestartLog(replayed_tracker(clock), clock, driver_streams=[5])
+    with caplog.at_level(logging.INFO, logger=LOG):
+        r.begin_catch_up([1000])
+        clock.now += 2.0
+        r.batch_completed(1000, {5: 40})  # resubmitted: the ranges the old run fixed
+        r.new_batch_allocated(2000)
+        r.new_batch_allocated(3000)
+        clock.now += 1.0
+        r.batch_completed(2000, {5: 0, 0: 9})  # records only from a receiver's old blocks
+        assert r.first_new_data_s is None
+        clock.now += 1.0
+        r.batch_completed(3000, {5: 12})
+    assert messages(caplog)[-1] == ("first batch with new data after the restart completed: "
+                                    "batch 3000, 4.00 s after the restart began")
+    assert r.first_new_data_s == pytest.approx(4.0)
