@@ -89,7 +89,8 @@ bench-smoke: setup
 
 # The long chaos soak (the bounded version runs in `make test`), then the high
 # availability soak (a leader and a hot standby; the leader SIGKILLed CHAOS_HA_KILLS
-# times and paused past its lease CHAOS_HA_PAUSES times). Every knob can be set:
+# times and paused past its lease CHAOS_HA_PAUSES times), then a seeded schedule of
+# CHAOS_NETFAULT_ROUNDS network faults on namespace hosts (root only). Every knob can be set:
 # make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10
 CHAOS_SEED ?= 1
 CHAOS_DRIVER_KILLS ?= 30
@@ -100,6 +101,7 @@ CHAOS_BROKER_DOWN_S ?= 30
 CHAOS_HA_KILLS ?= 10
 CHAOS_HA_PAUSES ?= 2
 CHAOS_HA_RECORDS ?= 6000
+CHAOS_NETFAULT_ROUNDS ?= 12
 CHAOS_SUMMARY ?= chaos-summary.md
 chaos: setup
 	$(BIN)/python -m walstream.testing.chaos --mode receiver --seed $(CHAOS_SEED) \
@@ -110,6 +112,8 @@ chaos: setup
 	$(BIN)/python -m walstream.testing.chaos --mode ha --seed $(CHAOS_SEED) \
 		--driver-kills $(CHAOS_HA_KILLS) --ha-pauses $(CHAOS_HA_PAUSES) \
 		--records $(CHAOS_HA_RECORDS) --summary $(CHAOS_SUMMARY)
+	WALSTREAM_NETFAULT_ROUNDS=$(CHAOS_NETFAULT_ROUNDS) WALSTREAM_NETFAULT_SEED=$(CHAOS_SEED) \
+		$(BIN)/pytest -s integration_tests/test_network_faults.py -k seeded_schedule
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

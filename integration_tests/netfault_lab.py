@@ -1,7 +1,8 @@
 """The network-fault tests' hosts and their checker.
 
-:class:`FaultLab`: a broker host running the embedded Tansu broker and two driver
-hosts for the two HA drivers of one app, each a network namespace on one bridge
+:class:`FaultLab`: a broker host running the embedded Tansu broker (optionally
+behind a delay proxy for a slow, lossy link) and two driver hosts for the two HA
+drivers of one app, each a network namespace on one bridge
 (walstream.testing.netns), with :class:`~walstream.testing.netfaults.NetFaults` to
 cut and heal links. The test process is outside the lab's network, so what talks
 to the broker (topics, the feed, reading the sink) runs on the broker host.
@@ -33,27 +34,26 @@ HOSTS = ("broker", "drivera", "driverb")
 _KAFKA_READY = ("import sys\n"
                 "from walstream.broker import kafka_ready\n"
                 "sys.exit(0 if kafka_ready(sys.argv[1], 30.0) else 1)\n")
+PROXY_PORT = 9093  # the delay proxy in front of the broker, when the lab has one
+ROOT = Path(__file__).resolve().parent.parent
 _SINK_COUNTS = ("import json, sys\n"
                 "from walstream.testing.chaos_process import sink_counts\n"
                 "print(json.dumps(sink_counts(sys.argv[1], sys.argv[2])))\n")
 
 
 class FaultLab:
-    def __init__(self) -> None:
-        from walstream.broker import tansu_binary
+    """``proxied``: clients reach the broker through a delay proxy on its host
+    (integration_tests/delay_proxy.py), which :meth:`slow_broker_link` slows."""
 
+    def __init__(self, proxied: bool = False) -> None:
         self.lab = NetLab(list(HOSTS))
         self.run_id = self.lab.run_id
+        self.proxy: subprocess.Popen[bytes] | None = None
+        self.proxy_control = self.lab.run_dir / "proxy-control.json"
         try:
-            url = f"tcp://{self.bootstrap}"
-            self.broker = self.lab.run("broker", [
-                str(tansu_binary()), "broker", "--listener-url", url,
-                "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                name="tansu")
-            res = self.lab.call("drivera", [sys.executable, "-c", _KAFKA_READY, self.bootstrap],
-                                timeout=60)
-            if res.returncode != 0:
-                raise RuntimeError(f"the broker did not answer:\n{self.lab.log_tail(self.broker)}")
+            if proxied:  # before the broker: the broker's readiness is checked through it
+                self._start_proxy()
+            self.broker = self._start_broker()
         except BaseException:
             self.lab.close(raise_errors=False)
             raise
@@ -62,7 +62,44 @@ class FaultLab:
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.lab.hosts['broker'].ip}:{BROKER_PORT}"
+        """Where clients reach the broker: the delay proxy's port when there is one
+        (the broker advertises it, so every connection passes the proxy)."""
+        port = PROXY_PORT if self.proxy is not None else BROKER_PORT
+        return f"{self.lab.hosts['broker'].ip}:{port}"
+
+    def _start_proxy(self) -> None:
+        ip = self.lab.hosts["broker"].ip
+        self.proxy = self.lab.run("broker", [
+            sys.executable, "-m", "integration_tests.delay_proxy", f"{ip}:{PROXY_PORT}",
+            f"{ip}:{BROKER_PORT}", str(self.proxy_control)], {"PYTHONPATH": str(ROOT)},
+            name="delay-proxy")
+
+    def slow_broker_link(self, delay_ms: int = 200, jitter_ms: int = 50,
+                         loss_pct: float = 5.0) -> None:
+        """Every byte to and from the broker held ``delay_ms`` +- ``jitter_ms`` each
+        way, and ``loss_pct`` % of chunks held a retransmission time more
+        (integration_tests/delay_proxy.py); :meth:`fast_broker_link` undoes it."""
+        if self.proxy is None:
+            raise RuntimeError("the lab has no proxy in front of its broker")
+        self.proxy_control.write_text(json.dumps(
+            {"delay_ms": delay_ms, "jitter_ms": jitter_ms, "loss_pct": loss_pct}))
+
+    def fast_broker_link(self) -> None:
+        self.proxy_control.unlink(missing_ok=True)
+
+    def _start_broker(self) -> subprocess.Popen[bytes]:
+        from walstream.broker import tansu_binary
+
+        listen = f"tcp://{self.lab.hosts['broker'].ip}:{BROKER_PORT}"
+        broker = self.lab.run("broker", [
+            str(tansu_binary()), "broker", "--listener-url", listen,
+            "--advertised-listener-url", f"tcp://{self.bootstrap}", "--storage-engine",
+            "memory://tansu/"], name="tansu")
+        res = self.lab.call("drivera", [sys.executable, "-c", _KAFKA_READY, self.bootstrap],
+                            timeout=60)
+        if res.returncode != 0:
+            raise RuntimeError(f"the broker did not answer:\n{self.lab.log_tail(broker)}")
+        return broker
 
     def wrap(self, host: str) -> Callable[[list[str]], list[str]]:
         """A command line turned into one that runs it on ``host``."""
@@ -104,6 +141,7 @@ class FaultLab:
         """Heal every fault, stop every process and remove the lab; raise if anything
         of it stayed."""
         try:
+            self.fast_broker_link()
             self.faults.heal_all()
         finally:
             started = time.monotonic()
