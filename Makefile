@@ -89,8 +89,9 @@ bench-smoke: setup
 
 # The long chaos soak (the bounded version runs in `make test`), then the high
 # availability soak (a leader and a hot standby; the leader SIGKILLed CHAOS_HA_KILLS
-# times and paused past its lease CHAOS_HA_PAUSES times), then a seeded schedule of
-# CHAOS_NETFAULT_ROUNDS network faults on namespace hosts (root only). Every knob can be set:
+# times and paused past its lease CHAOS_HA_PAUSES times), then a minute of a slow,
+# lossy broker link and a seeded schedule of CHAOS_NETFAULT_ROUNDS network faults on
+# namespace hosts (root only). Every knob can be set:
 # make chaos CHAOS_DRIVER_KILLS=100 CHAOS_RECEIVER_KILLS=50 CHAOS_BROKER_KILLS=10
 CHAOS_SEED ?= 1
 CHAOS_DRIVER_KILLS ?= 30
@@ -113,7 +114,8 @@ chaos: setup
 		--driver-kills $(CHAOS_HA_KILLS) --ha-pauses $(CHAOS_HA_PAUSES) \
 		--records $(CHAOS_HA_RECORDS) --summary $(CHAOS_SUMMARY)
 	WALSTREAM_NETFAULT_ROUNDS=$(CHAOS_NETFAULT_ROUNDS) WALSTREAM_NETFAULT_SEED=$(CHAOS_SEED) \
-		$(BIN)/pytest -s integration_tests/test_network_faults.py -k seeded_schedule
+		WALSTREAM_NETFAULT_SLOW=1 $(BIN)/pytest -s integration_tests/test_network_faults.py \
+		-k "seeded_schedule or slow_lossy"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
