@@ -96,17 +96,12 @@ class RestartLog:
         return (self._first_new_ms is not None and t >= self._first_new_ms
                 and any(records.get(s, 0) > 0 for s in self.driver_streams))
 
-    def _since(self) -> str:
-        """Where the new-data line is timed from, for the log."""
-        now = self.clock()
-        assert self._restarted_at_s is not None
-        what = "the lease was claimed" if self._took_over_at_s is not None \
-            else "the restart began"
-        text = f"{now - self._restarted_at_s:.2f} s after {what}"
-        if self._old_leader_last_seen_s is not None:
-            text += (f", {now - self._old_leader_last_seen_s:.2f} s after the old "
-                     "leader's last renewal read")
-        return text
+    def _after_old_leader(self, now: float) -> str:
+        """``, X s after the old leader's last renewal read`` (empty when unknown)."""
+        if self._old_leader_last_seen_s is None:
+            return ""
+        return f", {now - self._old_leader_last_seen_s:.2f} s after the old leader's " \
+               "last renewal read"
 
     def begin_catch_up(self, times: list[int]) -> None:
         """The job generator starts with these resubmitted batch times (sorted)."""
@@ -146,12 +141,9 @@ class RestartLog:
                 if self._took_over_at_s is not None:
                     self._restarted_at_s = self._took_over_at_s
                     self.first_batch_after_restart_s = now - self._took_over_at_s
-                    last_seen = "" if self._old_leader_last_seen_s is None else (
-                        f", {now - self._old_leader_last_seen_s:.2f} s after the old "
-                        "leader's last renewal read")
                     log.info("first batch after the takeover completed: batch %d, %.2f s "
                              "after the lease was claimed%s", t,
-                             self.first_batch_after_restart_s, last_seen)
+                             self.first_batch_after_restart_s, self._after_old_leader(now))
                 elif stats.events_replayed or self._catch_up is not None:
                     self._restarted_at_s = stats.started_at_s
                     self.first_batch_after_restart_s = now - stats.started_at_s
@@ -162,9 +154,12 @@ class RestartLog:
             if (self._restarted_at_s is not None and self.first_new_data_s is None
                     and self._holds_new_data(t, records or {})):
                 self.first_new_data_s = now - self._restarted_at_s
-                log.info("first batch with new data after the %s completed: batch %d, %s",
-                         "takeover" if self._took_over_at_s is not None else "restart", t,
-                         self._since())
+                took_over = self._took_over_at_s is not None
+                log.info("first batch with new data after the %s completed: batch %d, "
+                         "%.2f s after %s%s", "takeover" if took_over else "restart", t,
+                         self.first_new_data_s,
+                         "the lease was claimed" if took_over else "the restart began",
+                         self._after_old_leader(now))
             if self._catch_up is None or t not in self._left:
                 return
             self._left.discard(t)
