@@ -11,6 +11,8 @@ to the broker (topics, the feed, reading the sink) runs on the broker host.
 (running totals per batch time in files, per-batch counts appended to a file, the
 KafkaSink topic read exactly once), what was lost, doubled, and which batch times
 were written twice with different contents (split brain, which no re-run may do).
+:func:`redelivered_from` tells a doubling a redelivering source may cause (the
+committing receiver's blocks whose outcome it never learnt) from any other.
 """
 
 from __future__ import annotations
@@ -199,6 +201,22 @@ def _appended(out: Path, want: Counter[str]) -> PathCheck:
     for contents in per_time.values():  # one copy per batch time: a re-run wrote the same
         got.update(json.loads(min(contents)))
     return _against(got, want, check)
+
+
+def redelivered_from(extra: Counter[str], blocks: list[Counter[str]]) -> bool:
+    """Whether ``extra`` is the words of some of ``blocks``, each taken at most once:
+    a doubling a source that redelivers may cause, from blocks whose outcome its
+    receiver never learnt, and nothing else."""
+    def made_of(i: int, rest: Counter[str]) -> bool:
+        if not rest:
+            return True
+        if i == len(blocks):
+            return False
+        if not blocks[i] - rest and made_of(i + 1, rest - blocks[i]):
+            return True
+        return made_of(i + 1, rest)
+
+    return not extra - sum(blocks, Counter()) and made_of(0, extra)
 
 
 def check_outputs(out: Path, sink: Counter[str], want: Counter[str]) -> dict[str, PathCheck]:

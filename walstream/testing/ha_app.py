@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kafka-receiver", action="store_true",
                     help="also read the direct topic through the receiver-based Kafka "
                          "stream (its words tagged 'k') and a reliable custom receiver "
-                         "that commits a consumer group's offsets (tagged 'r')")
+                         "that commits a consumer group's offsets (tagged 'r'; its "
+                         "executors must see OUT_DIR: it journals each block's steps to "
+                         "OUT_DIR/reliable-blocks.jsonl)")
     ap.add_argument("--per-batch-outputs", action="store_true",
                     help="also write what a user's own output operations would: each "
                          "batch's running totals to OUT_DIR/by-time/<batch ms>.json (the "
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
             words = words.union(received.flatMap(
                 lambda kv: ["k " + w for w in kv[1].split()]))
             reliable = ssc.receiverStream(CommittingKafkaReceiver(
-                bootstrap, args.direct_topic, "ha-app-reliable"))
+                bootstrap, args.direct_topic, "ha-app-reliable",
+                journal=str(Path(out) / "reliable-blocks.jsonl")))
             words = words.union(reliable.flatMap(lambda line: ["r " + w for w in line.split()]))
         pairs = words.map(lambda w: (w, 1))
         pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(
