@@ -11,13 +11,19 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from walstream.testing import multihost_app
 from walstream.testing.multihost_cluster import MultiHostCluster
+from walstream.testing.netns import leftovers, log, namespaces_available
+from walstream.testing.waiting import wait_until
 
 BATCH_S = 2.0
 ENDPOINT_PORT = 17400  # the driver's receiver endpoint; fixed so the forger can dial it
@@ -28,6 +34,55 @@ WAIT_S = 180  # bound on each wait of a run
 TAG_OF = multihost_app.TAGS
 #: The driver's line for each receiver registration it accepts.
 _RECEIVER_STARTED = re.compile(r"receiver (\d+) started on (\S+) \(executor (\S+)\)")
+
+
+def skip_without_namespaces() -> None:
+    """Skip, printing why, where network namespaces cannot be made."""
+    reason = namespaces_available()
+    if reason is not None:
+        print(f"multi-host tests skipped: {reason}")
+        pytest.skip(reason)
+
+
+def two_worker_cluster() -> Iterator[MultiHostCluster]:
+    """A module's cluster: stopped after its last test, with nothing of it left."""
+    # Two cores a worker: after one worker host dies, the other runs the relaunched
+    # receiver and still has a core for batches.
+    c = MultiHostCluster(workers=2, worker_cores=2)
+    run_id = c.lab.run_id
+    try:
+        yield c
+    finally:
+        started = time.monotonic()
+        c.close()
+        log(f"cluster closed in {time.monotonic() - started:.1f}s")
+        assert leftovers(run_id) == []
+
+
+def packaged_env() -> Iterator[Path]:
+    """The executors' environment, built once per module by ``walstream package``."""
+    from walstream import packaging
+
+    with tempfile.TemporaryDirectory(prefix="walstream-mh-env-") as tmp:
+        started = time.monotonic()
+        archive = packaging.build(Path(tmp) / "env.tar.gz")
+        log(f"walstream package built {archive.stat().st_size / 2**20:.1f} MiB in "
+            f"{time.monotonic() - started:.1f}s")
+        yield archive
+
+
+def workers_up(cluster: MultiHostCluster) -> None:
+    """Every worker host running (an earlier test may have killed one), each with the
+    interpreter ``walstream package``'s bin/python links to."""
+    for w in cluster.worker_names:
+        if cluster.procs[w].poll() is not None:
+            cluster.start_worker(w)
+    # venv-pack's bin/python links to the interpreter the driver's venv was made from:
+    # installed on every host (the repository and the venv are not).
+    python = (Path(sys.base_prefix) / "bin"
+              / f"python{sys.version_info.major}.{sys.version_info.minor}")
+    for w in cluster.worker_names:
+        assert cluster.call(w, ["test", "-x", str(python)]).returncode == 0, (w, python)
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:
@@ -57,8 +112,10 @@ class ClusterRun:
     feeds, spark-submit runs on the driver host, and an output directory."""
 
     def __init__(self, cluster: MultiHostCluster, env_archive: Path, name: str,
-                 topics: dict[str, str], sink: str) -> None:
+                 topics: dict[str, str], sink: str, conf: dict[str, str] | None = None
+                 ) -> None:
         self.cluster = cluster
+        self.conf = dict(conf or {})  # Spark settings over the run's own
         self.env_archive = env_archive
         self.work = cluster.lab.run_dir / f"{name}-{time.monotonic_ns()}"
         self.ckpt, self.out = self.work / "ckpt", self.work / "out"
@@ -83,8 +140,11 @@ class ClusterRun:
     def create_topics(self) -> None:
         self.tool("topics", "--bootstrap", self.bootstrap, *self.topics.values(), self.sink)
 
-    def feed(self, phase: int) -> None:
-        records, rate = PHASES[phase]
+    def feed(self, phase: int, records: int | None = None, rate: float | None = None) -> None:
+        """Phase ``phase``'s input into every topic from the broker host (its own seed
+        per phase and topic); ``records`` at ``rate`` a second over ``PHASES``'."""
+        records = PHASES[phase][0] if records is None else records
+        rate = PHASES[phase][1] if rate is None else rate
         self.feeds.append(self.cluster.run("broker", [
             sys.executable, "-m", "walstream.testing.multihost_app", "feed",
             "--bootstrap", self.bootstrap, "--records", str(records), "--rate", str(rate),
@@ -117,7 +177,7 @@ class ClusterRun:
             archives=[f"{self.env_archive}#environment"],
             conf={"spark.pyspark.python": "./environment/bin/python",
                   "spark.walstream.kafka.bootstrapServers": self.bootstrap,
-                  "spark.walstream.endpoint.port": str(ENDPOINT_PORT)},
+                  "spark.walstream.endpoint.port": str(ENDPOINT_PORT), **self.conf},
             env={"PYSPARK_DRIVER_PYTHON": sys.executable}, cwd=cwd)
         self.apps.append(self.app)
         return self.app
@@ -176,9 +236,13 @@ class ClusterRun:
 class WordCountRun(ClusterRun):
     """multihost_app's DStream word count: a receiver and a direct stream."""
 
-    def __init__(self, cluster: MultiHostCluster, env_archive: Path) -> None:
-        super().__init__(cluster, env_archive, "wordcount",
-                         {"receiver": "in-receiver", "direct": "in-direct"}, "out-counts")
+    def __init__(self, cluster: MultiHostCluster, env_archive: Path,
+                 conf: dict[str, str] | None = None, name: str = "wordcount",
+                 per_batch_outputs: bool = False) -> None:
+        super().__init__(cluster, env_archive, name,
+                         {"receiver": f"{name}-receiver", "direct": f"{name}-direct"},
+                         f"{name}-counts", conf)
+        self.per_batch_outputs = per_batch_outputs
 
     @property
     def endpoint(self) -> str:
@@ -187,7 +251,8 @@ class WordCountRun(ClusterRun):
     def submit(self) -> subprocess.Popen[bytes]:
         return self.spark_submit("app", "--receiver-topic", self.topics["receiver"],
                                  "--direct-topic", self.topics["direct"], "--sink", self.sink,
-                                 "--batch", str(BATCH_S))
+                                 "--batch", str(BATCH_S),
+                                 *(["--per-batch-outputs"] if self.per_batch_outputs else []))
 
     def details(self) -> str:
         return (f"receivers: {self.receivers()}\nbatches completed: {len(self.batches())}\n"
@@ -216,6 +281,34 @@ class WordCountRun(ClusterRun):
         with contextlib.suppress(OSError, ValueError):
             return dict(json.loads((self.out / "totals.json").read_text()))
         return {}
+
+    def wait_relaunched(self, host: str, since: float) -> tuple[float, float]:
+        """Wait for the receiver to register on ``host`` after ``since``, then for a
+        batch with its records; their wall times."""
+        wait_until(lambda: any(self.host_of(r) == host for r in self.receivers(since)),
+                   WAIT_S, f"the receiver to be relaunched on {host}",
+                   poll_s=0.5, abort=self.app_exited, details=self.details)
+        relaunched = next(r for r in self.receivers(since) if self.host_of(r) == host)
+        wait_until(lambda: self.receiver_records_since(relaunched["wall"]) > 0,
+                   WAIT_S, "a batch with records of the relaunched receiver",
+                   poll_s=0.5, abort=self.app_exited, details=self.details)
+        stream = str(self.receiver_stream())
+        first = next(b["wall"] for b in self.batches(relaunched["wall"])
+                     if b["records"].get(stream, 0))
+        return float(relaunched["wall"]), float(first)
+
+    def wait_totals_exact(self, expected: dict[str, int]) -> None:
+        """Wait until the running totals equal ``expected``: failing at once on a count
+        above it or on the app's exit, and after a minute without a completed batch."""
+        def over_or_exited() -> str | None:
+            over = {w: n for w, n in self.totals().items() if n > expected.get(w, 0)}
+            return f"totals over the input: {over}" if over else self.app_exited()
+
+        wait_until(lambda: self.totals() == expected, WAIT_S,
+                   "the running totals to equal the input", poll_s=1.0,
+                   progress=lambda: len(self.batches()), stall_s=60, abort=over_or_exited,
+                   details=lambda: f"{sum(self.totals().values())} of "
+                                   f"{sum(expected.values())} words\n{self.details()}")
 
     def forge(self) -> dict[str, Any]:
         return dict(self.tool("forge", "--address", self.endpoint,

@@ -31,7 +31,6 @@ import json
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -46,12 +45,16 @@ from integration_tests.multihost_runs import (
     QueryRun,
     WordCountRun,
     jsonl,
+    packaged_env,
+    skip_without_namespaces,
     tagged,
+    two_worker_cluster,
+    workers_up,
 )
 from walstream import procs
 from walstream.testing import wait_until
 from walstream.testing.multihost_cluster import MultiHostCluster
-from walstream.testing.netns import NetLab, leftovers, log, namespaces_available, repository_root
+from walstream.testing.netns import NetLab, leftovers, log, repository_root
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -62,25 +65,12 @@ JOB_TIMEOUT_S = 180
 
 @pytest.fixture(scope="module")
 def namespaces() -> None:
-    reason = namespaces_available()
-    if reason is not None:
-        print(f"multi-host tests skipped: {reason}")
-        pytest.skip(reason)
+    skip_without_namespaces()
 
 
 @pytest.fixture(scope="module")
 def cluster(namespaces: None) -> Iterator[MultiHostCluster]:
-    # Two cores a worker: after one worker host dies, the other runs the relaunched
-    # receiver and still has a core for batches.
-    c = MultiHostCluster(workers=2, worker_cores=2)
-    run_id = c.lab.run_id
-    try:
-        yield c
-    finally:
-        started = time.monotonic()
-        c.close()
-        log(f"cluster closed in {time.monotonic() - started:.1f}s")
-        assert leftovers(run_id) == []
+    yield from two_worker_cluster()
 
 
 def test_a_start_that_fails_midway_leaves_nothing(namespaces: None) -> None:
@@ -296,36 +286,13 @@ def test_kill_host_kills_every_process_of_a_worker(cluster: MultiHostCluster) ->
 
 @pytest.fixture(scope="module")
 def executor_env(namespaces: None) -> Iterator[Path]:
-    """The executors' environment, built once by ``walstream package``."""
-    from walstream import packaging
-
-    with tempfile.TemporaryDirectory(prefix="walstream-mh-env-") as tmp:
-        started = time.monotonic()
-        archive = packaging.build(Path(tmp) / "env.tar.gz")
-        log(f"walstream package built {archive.stat().st_size / 2**20:.1f} MiB in "
-            f"{time.monotonic() - started:.1f}s")
-        yield archive
-
-
-
-def _workers_up(cluster: MultiHostCluster) -> None:
-    """Every worker host running (an earlier test may have killed one), each with the
-    interpreter ``walstream package``'s bin/python links to."""
-    for w in cluster.worker_names:
-        if cluster.procs[w].poll() is not None:
-            cluster.start_worker(w)
-    # venv-pack's bin/python links to the interpreter the driver's venv was made from:
-    # installed on every host (the repository and the venv are not).
-    python = (Path(sys.base_prefix) / "bin"
-              / f"python{sys.version_info.major}.{sys.version_info.minor}")
-    for w in cluster.worker_names:
-        assert cluster.call(w, ["test", "-x", str(python)]).returncode == 0, (w, python)
+    yield from packaged_env()
 
 
 def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dying(
         cluster: MultiHostCluster, executor_env: Path) -> None:
     test_started = time.monotonic()
-    _workers_up(cluster)
+    workers_up(cluster)
     run = WordCountRun(cluster, executor_env)
     fig: dict[str, Any] = {}
     try:
@@ -347,17 +314,9 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         killed_at = time.time()
         fig["worker host kill"] = f"{victim}: {len(cluster.kill_host(victim))} processes"
         run.feed(1)
-        wait_until(lambda: any(run.host_of(r) == survivor for r in run.receivers(killed_at)),
-                   WAIT_S, f"the receiver to be relaunched on {survivor}",
-                   poll_s=0.5, abort=run.app_exited, details=run.details)
-        relaunched = next(r for r in run.receivers(killed_at) if run.host_of(r) == survivor)
-        fig["worker kill -> receiver relaunched"] = relaunched["wall"] - killed_at
-        wait_until(lambda: run.receiver_records_since(relaunched["wall"]) > 0,
-                   WAIT_S, "a batch with records of the relaunched receiver",
-                   poll_s=0.5, abort=run.app_exited, details=run.details)
-        fig["worker kill -> its records in a batch"] = next(
-            b["wall"] for b in run.batches(relaunched["wall"])
-            if b["records"].get(str(run.receiver_stream()), 0)) - killed_at
+        relaunched, first = run.wait_relaunched(survivor, killed_at)
+        fig["worker kill -> receiver relaunched"] = relaunched - killed_at
+        fig["worker kill -> its records in a batch"] = first - killed_at
         cluster.start_worker(victim)  # the host is back, for the restarted driver
 
         # 2. Power cut on the driver host, then the same spark-submit again.
@@ -395,15 +354,7 @@ def test_wordcount_through_spark_submit_survives_a_worker_host_and_the_driver_dy
         fed_at = time.time()
         expected = tagged(fed)
 
-        def over_or_exited() -> str | None:
-            over = {w: n for w, n in run.totals().items() if n > expected.get(w, 0)}
-            return f"totals over the input: {over}" if over else run.app_exited()
-
-        wait_until(lambda: run.totals() == expected, WAIT_S,
-                   "the running totals to equal the input", poll_s=1.0,
-                   progress=lambda: len(run.batches()), stall_s=60, abort=over_or_exited,
-                   details=lambda: f"totals {run.totals()}\nexpected {expected}\n"
-                                   + run.details())
+        run.wait_totals_exact(expected)
         fig["input complete -> totals exact"] = time.time() - fed_at
         output = run.output()
         # The totals are written by the batch's last output operation, after its sink
@@ -445,7 +396,7 @@ def test_a_structured_query_from_the_archive_survives_a_worker_host_dying(
     receiver relaunches on the other host, and the KafkaSink output, read exactly
     once, holds every fed word once."""
     test_started = time.monotonic()
-    _workers_up(cluster)
+    workers_up(cluster)
     run = QueryRun(cluster, executor_env)
     fig: dict[str, Any] = {}
     try:

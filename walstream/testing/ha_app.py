@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from walstream.testing import chaos_app
+from walstream.testing.batch_outputs import add_per_batch_outputs
 from walstream.testing.recovery_app import _write, expected_counts
 
 
@@ -124,21 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
         totals.foreachRDD(save_totals)
         if args.per_batch_outputs:
-            def totals_by_time(t: Any, rdd: Any) -> None:
-                state = dict(rdd.collect())
-                ms, by_time = round(t.timestamp() * 1000), Path(out) / "by-time"
-                by_time.mkdir(exist_ok=True)
-                _write(by_time / f"{ms}.json", state)
-                _write(by_time / f"{ms}.{os.getpid()}.json", state)
-
-            def append_counts(t: Any, rdd: Any) -> None:
-                line = json.dumps({"t": round(t.timestamp() * 1000), "pid": os.getpid(),
-                                   "counts": dict(rdd.collect())}, sort_keys=True)
-                with open(Path(out) / "counts.jsonl", "a") as f:
-                    f.write(line + "\n")
-
-            totals.foreachRDD(totals_by_time)
-            pairs.reduceByKey(lambda a, b: a + b, 1).foreachRDD(append_counts)
+            add_per_batch_outputs(totals, pairs, out)
         if args.slow_output > 0:
             pause = args.slow_output
             totals.foreachRDD(lambda t, rdd: time.sleep(pause))

@@ -11,6 +11,8 @@ skipped). Words are tagged by the stream they came in on (``r <word>``,
 * per-batch counts to the ``S`` topic through :class:`driver.KafkaSink`
   (``<tag> <word>\\t<n>``; :func:`read_counts` reads them exactly once);
 * running totals (``updateStateByKey``, checkpointed) to ``OUT/totals.json``;
+* with ``--per-batch-outputs``, what a user's own output operations would write
+  per batch time (:mod:`walstream.testing.batch_outputs`);
 * ``OUT/progress.jsonl`` (each completed batch: wall time, records per input
   stream), ``OUT/receivers.jsonl`` (each receiver start: its
   ``host:daemon-pid:worker-pid``), ``OUT/started.jsonl`` (each context start)
@@ -96,6 +98,10 @@ def run_app(args: argparse.Namespace) -> None:
             _write(Path(outd) / "totals.json", dict(rdd.collect()))
 
         totals.foreachRDD(save_totals)
+        if args.per_batch_outputs:
+            from walstream.testing.batch_outputs import add_per_batch_outputs
+
+            add_per_batch_outputs(totals, pairs, outd)
         return ssc
 
     ssc = StreamingContext.getOrCreate(args.checkpoint, setup)
@@ -258,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--direct-topic", required=True)
     a.add_argument("--sink", required=True)
     a.add_argument("--batch", type=float, default=2.0)
+    a.add_argument("--per-batch-outputs", action="store_true",
+                   help="also write what a user's own output operations would, per batch "
+                        "time (walstream.testing.batch_outputs, on the driver)")
     q = sub.add_parser("query")
     q.add_argument("checkpoint")
     q.add_argument("out", type=Path)
