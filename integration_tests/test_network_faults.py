@@ -374,9 +374,12 @@ def test_a_slow_lossy_broker_link_for_a_minute_loses_and_doubles_nothing(
     again. Whoever leads meanwhile, every output path is exact, and a leader that
     lost its lease completes nothing after it stopped.
 
-    Runs in ``make chaos`` (``WALSTREAM_NETFAULT_SLOW=1``), not in ``make test``:
-    in one run of four the running totals went over the input after the lease
-    changed hands during the slow minute, which is not explained yet
+    A 2 s lease cannot be renewed over round trips of half a second and more, so
+    both drivers may lose it during the minute; a deposed leader exits, and, as a
+    process supervisor would, the test starts an exited driver again on its host
+    once the link is fast.
+
+    Runs in ``make chaos`` (``WALSTREAM_NETFAULT_SLOW=1``), not in ``make test``
     (docs/CHAOS.md)."""
     if os.environ.get(SLOW_ENV) != "1":
         print(f"the slow-link fault runs in make chaos ({SLOW_ENV}=1)")
@@ -385,7 +388,8 @@ def test_a_slow_lossy_broker_link_for_a_minute_loses_and_doubles_nothing(
     pair = _pair(lab)
     fig: dict[str, Any] = {}
     try:
-        leader, standby = _start(lab, pair)
+        on: dict[str, subprocess.Popen[bytes]] = {}
+        on["drivera"], on["driverb"] = _start(lab, pair)
         slow_at = time.time()
         lab.slow_broker_link()
         time.sleep(SLOW_S)
@@ -393,18 +397,21 @@ def test_a_slow_lossy_broker_link_for_a_minute_loses_and_doubles_nothing(
         fast_at = time.time()
         during = pair.batches(None, slow_at)
         fig["batches completed while slow"] = sum(1 for b in during if b["wall"] < fast_at)
+        fig["drivers exited by the end of the minute"] = sum(
+            1 for p in on.values() if p.poll() is not None)
+        _wait_settled(pair, on, fast_at, lab)
+        fig["fast again -> one leads, one stands by"] = time.time() - fast_at
         checks = _wait_exact(lab, pair)
         fig["fast again -> totals exact"] = time.time() - fast_at
         late: list[dict[str, Any]] = []
-        for p in (leader, standby):
+        for p in pair.procs:
             stopped = _STOPPED.findall(pair.log_of(p))
             if stopped:
                 fig[f"process {p.pid} stopped leading"] = f"{_log_time(stopped[0]) - slow_at:.1f}" \
                     " s after the link slowed"
                 late += pair.batches(p, _log_time(stopped[0]) + 1.0)
         fig["led at the end"] = ", ".join(
-            f"pid {p.pid}" for p in (leader, standby)
-            if p.poll() is None and pair.batches(p, fast_at))
+            f"pid {p.pid}" for p in pair.procs if p.poll() is None and pair.batches(p, fast_at))
         for path, check in checks.items():
             fig[path] = str(check)
         assert all(c.exact() for c in checks.values()) and not late, (
