@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from driver.ha_conf import HaConfig
-from driver.ha_errors import LeaseError, LeaseReleasedError
+from driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
 from driver.lease import Lease, LeaseConfig, ensure_lease_topic
 from walstream.kafka_settings import settings_from_conf
 
@@ -89,13 +89,20 @@ class HighAvailability:
         leader, :meth:`lead` has run when this returns."""
         ensure_lease_topic(self.lease_config)
         self.lease = Lease(self.lease_config, on_lost=self._lost)
-        if self.lease.try_acquire(self._floor()):
-            self._become_leader(time.monotonic())
-            return self.role
+        try:
+            if self.lease.try_acquire(self._floor()):
+                self._become_leader(time.monotonic())
+                return self.role
+            held = self.lease.view().state  # one read of the lease log, not one per field
+            log.info("high availability: the lease of %s is held (epoch %d, by %s): "
+                     "standing by", self.lease_config.topic, held.epoch, held.holder)
+        except LeaseIOError as exc:
+            # The log exists but did not answer in time (a loaded or restarting
+            # broker): stand by and keep trying, as a watch that fails does. No claim
+            # was confirmed, so this process does not lead; a claim needs the log.
+            log.warning("high availability: reading the lease of %s failed: %s; standing "
+                        "by", self.lease_config.topic, exc)
         self.role = "standby"
-        held = self.lease.view().state  # one read of the lease log, not one per field
-        log.info("high availability: the lease of %s is held (epoch %d, by %s): standing by",
-                 self.lease_config.topic, held.epoch, held.holder)
         self._stand_by()
         self._thread = threading.Thread(target=self._watch, name="ha-standby", daemon=True)
         self._thread.start()

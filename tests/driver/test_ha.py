@@ -1,6 +1,8 @@
 """driver/ha.py against the real broker: of two participants the first leads and the
 second stands by; a leader's stop releases the lease, after which its own WAL clean
-check says so (not a failure), and the standby leads the next epoch at once."""
+check says so (not a failure), and the standby leads the next epoch at once. A lease
+log that does not answer in time at start (a loaded or restarting broker) makes the
+process stand by and keep trying, not exit."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import pytest
 
 from driver.ha import HighAvailability
 from driver.ha_conf import HaConfig
-from driver.ha_errors import LeaseError, LeaseReleasedError
+from driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
+from driver.lease import Lease
 
 WAIT_S = 30.0
 
@@ -64,3 +67,29 @@ def test_a_stopped_leader_releases_and_the_standby_leads_the_next_epoch(
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_lease_log_that_does_not_answer_at_start_stands_by_and_claims_once_it_does(
+        bootstrap: str, unique_name: Callable[[str], str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Lease.try_acquire
+    slow = [LeaseIOError("lease topic: read the tail not done within bound")]
+
+    def slow_at_first(self: Lease, floor: int = 0) -> bool:
+        if slow:
+            raise slow.pop()
+        return real(self, floor)
+
+    monkeypatch.setattr(Lease, "try_acquire", slow_at_first)
+    calls = Calls()
+    a = _participant(bootstrap, unique_name("ha-lease"), calls)
+    try:
+        assert a.start() == "standby"
+        assert calls.stood_by == 1
+        with pytest.raises(LeaseError):
+            a.check()  # it does not lead: no claim was confirmed
+        assert calls.leading.wait(WAIT_S), "the standby did not claim the free lease"
+        assert calls.led == [1] and calls.lost == []
+        a.check()
+    finally:
+        a.stop()
