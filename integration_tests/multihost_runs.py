@@ -44,11 +44,11 @@ def skip_without_namespaces() -> None:
         pytest.skip(reason)
 
 
-def two_worker_cluster() -> Iterator[MultiHostCluster]:
+def two_worker_cluster(drivers: tuple[str, ...] = ("driver",)) -> Iterator[MultiHostCluster]:
     """A module's cluster: stopped after its last test, with nothing of it left."""
     # Two cores a worker: after one worker host dies, the other runs the relaunched
     # receiver and still has a core for batches.
-    c = MultiHostCluster(workers=2, worker_cores=2)
+    c = MultiHostCluster(workers=2, worker_cores=2, drivers=drivers)
     run_id = c.lab.run_id
     try:
         yield c
@@ -167,10 +167,11 @@ class ClusterRun:
                 fed[kind]["bad"] += report[topic]["bad"]
         return fed
 
-    def spark_submit(self, command: str, *args: str,
-                     cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def spark_submit(self, command: str, *args: str, cwd: Path | None = None,
+                     host: str = "driver") -> subprocess.Popen[bytes]:
         """``multihost_app <command> CKPT OUT --bootstrap B <args>`` through spark-submit
-        (in ``cwd`` when given), executors on the ``walstream package`` archive."""
+        from the driver host ``host`` (in ``cwd`` when given), executors on the
+        ``walstream package`` archive."""
         self.app = self.cluster.spark_submit(
             Path(multihost_app.__file__),
             [command, str(self.ckpt), str(self.out), "--bootstrap", self.bootstrap, *args],
@@ -178,13 +179,15 @@ class ClusterRun:
             conf={"spark.pyspark.python": "./environment/bin/python",
                   "spark.walstream.kafka.bootstrapServers": self.bootstrap,
                   "spark.walstream.endpoint.port": str(ENDPOINT_PORT), **self.conf},
-            env={"PYSPARK_DRIVER_PYTHON": sys.executable}, cwd=cwd)
+            env={"PYSPARK_DRIVER_PYTHON": sys.executable}, cwd=cwd, host=host)
         self.apps.append(self.app)
         return self.app
 
     def app_exited(self) -> str | None:
-        if self.app is not None and self.app.poll() is not None:
-            return f"spark-submit exited with {self.app.returncode}"
+        """Why the run stopped: every spark-submit it started has exited (a driver
+        the test killed, or a deposed leader, with another running is no stop)."""
+        if self.apps and all(app.poll() is not None for app in self.apps):
+            return f"spark-submit exited with {self.apps[-1].returncode}"
         return None
 
     def driver_log(self) -> str:
@@ -217,8 +220,9 @@ class ClusterRun:
         """Kill what the run started that still runs (the driver host holds only the
         app) and remove its files (copied first to ``$WALSTREAM_KEEP_RUN_DIR``, with
         the drivers' logs, when that is set)."""
-        if self.app is not None and self.app.poll() is None:
-            self.cluster.kill_host("driver")
+        for host in self.cluster.driver_names:
+            if any(app.poll() is None for app in self.apps):
+                self.cluster.kill_host(host)
         for p in self.feeds:
             if p.poll() is None:
                 p.kill()
@@ -248,11 +252,12 @@ class WordCountRun(ClusterRun):
     def endpoint(self) -> str:
         return f"{self.cluster.ip('driver')}:{ENDPOINT_PORT}"
 
-    def submit(self) -> subprocess.Popen[bytes]:
+    def submit(self, host: str = "driver") -> subprocess.Popen[bytes]:
         return self.spark_submit("app", "--receiver-topic", self.topics["receiver"],
                                  "--direct-topic", self.topics["direct"], "--sink", self.sink,
                                  "--batch", str(BATCH_S),
-                                 *(["--per-batch-outputs"] if self.per_batch_outputs else []))
+                                 *(["--per-batch-outputs"] if self.per_batch_outputs else []),
+                                 host=host)
 
     def details(self) -> str:
         return (f"receivers: {self.receivers()}\nbatches completed: {len(self.batches())}\n"

@@ -8,12 +8,15 @@ multihost_app's word count, submitted with spark-submit, executors on the
    receiver relaunches on the other worker and resumes where the driver's log says;
    when the link comes back, the cut-off receiver is still running and may still
    hold blocks, and nothing of it may count twice;
-2. the driver is parted from both workers while every host still reaches the
-   broker (blackhole routes between the driver and each worker), first for less
-   than the executor timeout (the receiver cannot report, keeps its source
-   unacknowledged and reports once it can), then for longer (Spark drops every
-   executor and the receiver relaunches once new ones register); batches of that
-   time run late, none is lost.
+2. the driver is parted from both workers for less than the executor timeout while
+   every host still reaches the broker (blackhole routes between the driver and
+   each worker): the receiver cannot report, keeps its source unacknowledged and
+   reports once it can; batches of that time run late, none is lost;
+3. the same app as two HA drivers, each on a host of its own and submitting to the
+   one master: the leader parted from both workers for longer than the executor
+   timeout while it still reaches the broker. It keeps renewing its lease, so the
+   standby does not take over; Spark drops every executor of the leader, new ones
+   register once the routes are back, and the batches of that time run then.
 
 At the end every output path holds every fed word exactly once per stream, with no
 batch time written twice with different contents: the running totals, the user's
@@ -59,7 +62,6 @@ FAST_LOSS = {"spark.network.timeout": f"{int(EXECUTOR_TIMEOUT_S)}s",
              "spark.executor.heartbeatInterval": "2s"}
 WORKER_CUT_S = EXECUTOR_TIMEOUT_S + 15.0
 DRIVER_SHORT_PART_S = EXECUTOR_TIMEOUT_S / 2
-DRIVER_LONG_PART_S = EXECUTOR_TIMEOUT_S + 10.0
 RECORDS, RATE = 600, 20.0  # per phase and topic: 30 s of input
 _ENDED = re.compile(r"receiver \d+ ended \((.{0,160}?)\); relaunching")
 
@@ -67,7 +69,7 @@ _ENDED = re.compile(r"receiver \d+ ended \((.{0,160}?)\); relaunching")
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[MultiHostCluster]:
     skip_without_namespaces()
-    yield from two_worker_cluster()
+    yield from two_worker_cluster(drivers=("driver", "driverb"))
 
 
 @pytest.fixture(scope="module")
@@ -121,30 +123,27 @@ def test_a_worker_cut_off_and_the_driver_parted_from_its_workers_lose_and_double
         fig["cut-off receiver's process at the heal"] = (
             "alive" if pid in cluster.lab.pids(victim) else "gone")
 
-        # 2. The driver parted from both workers, everyone still reaching the broker:
-        # first for less than the executor timeout (the receiver's report waits on its
-        # connection and goes through once the routes are back), then for longer (Spark
-        # drops every executor; new ones register once the driver is reachable).
-        for phase, part_s in ((2, DRIVER_SHORT_PART_S), (3, DRIVER_LONG_PART_S)):
-            name = f"parted {part_s:.0f} s"
-            batches_before = len(run.batches())
+        # 2. The driver parted from both workers for less than the executor timeout,
+        # everyone still reaching the broker: the receiver's report waits on its
+        # connection and goes through once the routes are back. (Longer than the
+        # timeout: the HA test below, with a standby beside the driver.)
+        name = f"parted {DRIVER_SHORT_PART_S:.0f} s"
+        batches_before = len(run.batches())
+        for w in cluster.worker_names:
+            faults.block("driver", w)
+        run.feed(2, RECORDS, RATE)
+        try:
+            time.sleep(DRIVER_SHORT_PART_S)
+            fig[f"{name}: batches completed while parted"] = len(run.batches()) - batches_before
+        finally:
             for w in cluster.worker_names:
-                faults.block("driver", w)
-            run.feed(phase, RECORDS, RATE)
-            try:
-                time.sleep(part_s)
-                fig[f"{name}: batches completed while parted"] = (len(run.batches())
-                                                                  - batches_before)
-            finally:
-                for w in cluster.worker_names:
-                    faults.unblock("driver", w)
-            joined_at = time.time()
-            wait_until(lambda since=joined_at: run.receiver_records_since(since) > 0, WAIT_S,
-                       "a batch with the receiver's records after the driver rejoined",
-                       poll_s=0.5, abort=run.app_exited, details=run.details)
-            fig[f"{name}: rejoined -> the receiver's records in a batch"] = (time.time()
-                                                                            - joined_at)
-            fig[f"{name}: receiver launches so far"] = len(run.receivers())
+                faults.unblock("driver", w)
+        joined_at = time.time()
+        wait_until(lambda: run.receiver_records_since(joined_at) > 0, WAIT_S,
+                   "a batch with the receiver's records after the driver rejoined",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        fig[f"{name}: rejoined -> the receiver's records in a batch"] = time.time() - joined_at
+        fig[f"{name}: receiver launches so far"] = len(run.receivers())
 
         # 3. Every word exactly once, per stream, in the totals and in the sink.
         fed = run.fed()
@@ -174,6 +173,83 @@ def test_a_worker_cut_off_and_the_driver_parted_from_its_workers_lose_and_double
         fig["receiver launches"] = len(run.receivers())
         fig["receiver job ends, as the driver logged them"] = _ENDED.findall(run.driver_log())
         assert run.app_exited() is None, run.details()
+    finally:
+        _report(fig)
+        faults.heal_all()
+        run.close()
+
+
+#: Two HA drivers of one app: each takes one worker's cores, so both run at once.
+HA_CONF = {**FAST_LOSS, "spark.walstream.ha.enabled": "true",
+           "spark.walstream.ha.leaseTimeout": "2s", "spark.cores.max": "2"}
+LEADER_PART_S = EXECUTOR_TIMEOUT_S + 10.0
+_LEADS = re.compile(r"high availability: leading epoch (\d+)")
+_STANDS_BY = re.compile(r"high availability: the lease of \S+ is held .*: standing by")
+
+
+def test_a_leader_parted_from_its_workers_keeps_its_lease_and_loses_and_doubles_nothing(
+        cluster: MultiHostCluster, executor_env: Path) -> None:
+    workers_up(cluster)
+    faults = NetFaults(cluster.lab)
+    run = WordCountRun(cluster, executor_env, conf=HA_CONF, name="haparted",
+                       per_batch_outputs=True)
+    fig: dict[str, Any] = {}
+
+    def log_of(app: Any) -> str:
+        return cluster.lab.log_tail(app, 1_000_000)
+
+    try:
+        run.create_topics()
+        run.feed(0, RECORDS, RATE)
+        leader = run.submit("driver")
+        wait_until(lambda: _LEADS.search(log_of(leader)) is not None
+                   and run.receiver_records_since(0) > 0, WAIT_S,
+                   "the driver on host driver to lead and run the receiver's records",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        standby = run.submit("driverb")
+        wait_until(lambda: _STANDS_BY.search(log_of(standby)) is not None, WAIT_S,
+                   "the driver on host driverb to stand by", poll_s=0.5,
+                   abort=run.app_exited, details=run.details)
+
+        batches_before = len(run.batches())
+        parted_at = time.time()
+        for w in cluster.worker_names:
+            faults.block("driver", w)
+        run.feed(1, RECORDS, RATE)
+        try:
+            time.sleep(LEADER_PART_S)
+            fig["batches completed while parted"] = len(run.batches()) - batches_before
+        finally:
+            for w in cluster.worker_names:
+                faults.unblock("driver", w)
+        joined_at = time.time()
+        fig["parted for"] = joined_at - parted_at
+        wait_until(lambda: run.receiver_records_since(joined_at) > 0, WAIT_S,
+                   "a batch with the receiver's records after the leader rejoined",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        fig["rejoined -> the receiver's records in a batch"] = time.time() - joined_at
+        fig["standby took over"] = "took over" in log_of(standby)
+        fig["leader still running"] = leader.poll() is None
+
+        fed = run.fed()
+        fed_at = time.time()
+        expected = tagged(fed)
+        run.wait_totals_exact(expected)
+        fig["input complete -> totals exact"] = time.time() - fed_at
+        done = len(run.batches())
+        wait_until(lambda: len(run.batches()) > done, WAIT_S, "one more completed batch",
+                   poll_s=0.5, abort=run.app_exited, details=run.details)
+        output = run.output()
+        sink = Counter({f"{tag} {w}": n for tag, words in output["counts"].items()
+                        for w, n in words.items()})
+        checks = check_outputs(run.out, sink, Counter(expected))
+        for path, check in checks.items():
+            fig[path] = str(check)
+        fig["drivers that completed batches"] = len({b["pid"] for b in run.batches()})
+        assert all(c.exact() for c in checks.values()), (
+            "\n".join(f"{p}: {c}" for p, c in checks.items()) + f"\n{run.details()}")
+        # The leader kept renewing through the broker: no takeover, no second leader.
+        assert not fig["standby took over"] and fig["leader still running"], run.details()
     finally:
         _report(fig)
         faults.heal_all()

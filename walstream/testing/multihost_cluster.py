@@ -6,6 +6,8 @@ hosts ``broker``, ``master``, ``worker1`` .. ``workerN`` and ``driver`` and star
 * on ``broker``: the embedded Tansu broker, listening on and advertising the
   host's own address (``broker_bootstrap``), memory storage;
 * on ``master``: a Spark standalone master (``spark_master_url``);
+* ``drivers`` (``driver`` by default; two for a driver and its hot standby) see the
+  repository and submit;
 * on each worker: a Spark standalone worker with ``worker_cores`` cores (1 by
   default), registered at the master; :meth:`start_worker` starts it again
   after :meth:`kill_host` (a host back from a power cut).
@@ -72,7 +74,8 @@ class MultiHostCluster:
 
     def __init__(self, workers: int = 2, *, worker_cores: int = 1, worker_memory: str = "1g",
                  daemon_memory: str = "256m", start_timeout_s: float = 120.0,
-                 on_step: Callable[[NetLab, str], None] | None = None) -> None:
+                 on_step: Callable[[NetLab, str], None] | None = None,
+                 drivers: Sequence[str] = ("driver",)) -> None:
         import pyspark
 
         if workers < 1 or worker_cores < 1:
@@ -85,8 +88,9 @@ class MultiHostCluster:
         self._on_step = on_step
         self.started_s = 0.0
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.driver_names = list(drivers)
         started = time.monotonic()
-        self.lab = NetLab(["broker", "master", *self.worker_names, "driver"],
+        self.lab = NetLab(["broker", "master", *self.worker_names, *self.driver_names],
                           hidden=["master", *self.worker_names],
                           binds={"spark-home": self._pyspark_dir}, on_step=on_step)
         try:
@@ -145,11 +149,11 @@ class MultiHostCluster:
                 "SPARK_LOCAL_DIRS": str(d / "tmp"), "SPARK_LOG_DIR": str(d / "logs"),
                 "SPARK_WORKER_DIR": str(d / "work"), "SPARK_DAEMON_MEMORY": self.daemon_memory}
 
-    def submit_conf(self, **overrides: str) -> dict[str, str]:
-        """Spark settings for an app run by the driver host: its address, small memory,
-        one executor per worker with all its cores, wait for all of them before the
-        first job."""
-        ip = self.ip("driver")
+    def submit_conf(self, host: str = "driver", **overrides: str) -> dict[str, str]:
+        """Spark settings for an app run by the driver host ``host``: its address, small
+        memory, one executor per worker with all its cores, wait for all of them before
+        the first job."""
+        ip = self.ip(host)
         conf = {
             "spark.driver.host": ip,
             "spark.driver.bindAddress": ip,
@@ -168,23 +172,23 @@ class MultiHostCluster:
     def spark_submit(self, app: Path, args: Sequence[str] = (), *,
                      conf: Mapping[str, str] | None = None, archives: Sequence[str] = (),
                      py_files: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                     cwd: Path | None = None) -> subprocess.Popen[bytes]:
-        """``spark-submit`` ``app`` from the driver host to the master (client mode),
-        in ``cwd`` when given.
+                     cwd: Path | None = None, host: str = "driver") -> subprocess.Popen[bytes]:
+        """``spark-submit`` ``app`` from the driver host ``host`` to the master (client
+        mode), in ``cwd`` when given.
 
         ``conf`` goes over :meth:`submit_conf`; its output is in
         ``lab.log_path(proc)``.
         """
         argv = [str(self.spark_home / "bin" / "spark-submit"), "--master",
                 self.spark_master_url, "--deploy-mode", "client"]
-        for key, value in {**self.submit_conf(), **(conf or {})}.items():
+        for key, value in {**self.submit_conf(host), **(conf or {})}.items():
             argv += ["--conf", f"{key}={value}"]
         if archives:
             argv += ["--archives", ",".join(archives)]
         if py_files:
             argv += ["--py-files", ",".join(py_files)]
         argv += [str(app), *args]
-        return self.run("driver", argv, {**self.spark_env("driver"), **(env or {})},
+        return self.run(host, argv, {**self.spark_env(host), **(env or {})},
                         cwd=cwd, name="spark-submit")
 
     # -- probes, from the driver host --------------------------------------------------
