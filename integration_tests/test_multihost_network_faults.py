@@ -16,7 +16,10 @@ multihost_app's word count, submitted with spark-submit, executors on the
    one master: the leader parted from both workers for longer than the executor
    timeout while it still reaches the broker. It keeps renewing its lease, so the
    standby does not take over; Spark drops every executor of the leader, new ones
-   register once the routes are back, and the batches of that time run then.
+   register once the routes are back, and the batches of that time run then. Then
+   the leader cut from the broker only (it still reaches the workers): it stops
+   acting at its lease's deadline and exits, the standby takes over on its own
+   executors, and the deposed leader completes no batch after it stopped.
 
 At the end every output path holds every fed word exactly once per stream, with no
 batch time written twice with different contents: the running totals, the user's
@@ -31,6 +34,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,11 +187,14 @@ def test_a_worker_cut_off_and_the_driver_parted_from_its_workers_lose_and_double
 HA_CONF = {**FAST_LOSS, "spark.walstream.ha.enabled": "true",
            "spark.walstream.ha.leaseTimeout": "2s", "spark.cores.max": "2"}
 LEADER_PART_S = EXECUTOR_TIMEOUT_S + 10.0
+BROKER_CUT_S = 20.0  # ten lease timeouts
+_STOPPED = re.compile(r"^(\S+ \S+) ERROR driver\.ha: high availability: this driver no "
+                      r"longer leads", re.M)
 _LEADS = re.compile(r"high availability: leading epoch (\d+)")
 _STANDS_BY = re.compile(r"high availability: the lease of \S+ is held .*: standing by")
 
 
-def test_a_leader_parted_from_its_workers_keeps_its_lease_and_loses_and_doubles_nothing(
+def test_a_leader_parted_from_its_workers_keeps_its_lease_and_one_parted_from_the_broker_stops(
         cluster: MultiHostCluster, executor_env: Path) -> None:
     workers_up(cluster)
     faults = NetFaults(cluster.lab)
@@ -228,8 +235,38 @@ def test_a_leader_parted_from_its_workers_keeps_its_lease_and_loses_and_doubles_
                    "a batch with the receiver's records after the leader rejoined",
                    poll_s=0.5, abort=run.app_exited, details=run.details)
         fig["rejoined -> the receiver's records in a batch"] = time.time() - joined_at
-        fig["standby took over"] = "took over" in log_of(standby)
-        fig["leader still running"] = leader.poll() is None
+        # The leader kept renewing through the broker: no takeover, no second leader.
+        assert "took over" not in log_of(standby) and leader.poll() is None, run.details()
+        fig["after the part: standby took over"] = False
+
+        # Then the leader cut from the broker only (it still reaches the workers and
+        # the master): its lease runs out, it stops acting at its deadline and exits;
+        # the standby takes over and runs the app on its own executors.
+        leader_pid = run.batches()[-1]["pid"]
+        cut_at = time.time()
+        faults.block("driver", "broker")
+        run.feed(2, RECORDS, RATE)
+        try:
+            wait_until(lambda: "took over" in log_of(standby), WAIT_S,
+                       "the standby to take over", poll_s=0.5, abort=run.app_exited,
+                       details=run.details)
+            fig["leader apart from the broker -> standby leading"] = time.time() - cut_at
+            time.sleep(max(0.0, cut_at + BROKER_CUT_S - time.time()))
+        finally:
+            faults.unblock("driver", "broker")
+        wait_until(lambda: leader.poll() is not None, WAIT_S, "the deposed leader to exit",
+                   poll_s=0.5, details=run.details)
+        stopped = _STOPPED.search(log_of(leader))
+        assert stopped, f"the deposed leader never said it stopped leading\n{run.details()}"
+        stopped_at = datetime.strptime(stopped[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        fig["leader apart from the broker -> it stopped acting"] = stopped_at - cut_at
+        wait_until(lambda: any(b["pid"] != leader_pid and b["records"].get(
+            str(run.receiver_stream()), 0) for b in run.batches(cut_at)), WAIT_S,
+            "a batch of the new leader with the receiver's records", poll_s=0.5,
+            abort=run.app_exited, details=run.details)
+        fig["leader apart from the broker -> new leader's batch with receiver records"] = (
+            time.time() - cut_at)
+        late = [b for b in run.batches(stopped_at + 1.0) if b["pid"] == leader_pid]
 
         fed = run.fed()
         fed_at = time.time()
@@ -246,10 +283,10 @@ def test_a_leader_parted_from_its_workers_keeps_its_lease_and_loses_and_doubles_
         for path, check in checks.items():
             fig[path] = str(check)
         fig["drivers that completed batches"] = len({b["pid"] for b in run.batches()})
-        assert all(c.exact() for c in checks.values()), (
-            "\n".join(f"{p}: {c}" for p, c in checks.items()) + f"\n{run.details()}")
-        # The leader kept renewing through the broker: no takeover, no second leader.
-        assert not fig["standby took over"] and fig["leader still running"], run.details()
+        assert all(c.exact() for c in checks.values()) and not late, (
+            "\n".join(f"{p}: {c}" for p, c in checks.items())
+            + f"\nbatches the deposed leader completed after it stopped: {late}\n"
+            + run.details())
     finally:
         _report(fig)
         faults.heal_all()
