@@ -35,8 +35,9 @@ RUN mkdir -p /usr/share/man/man1 \
     && rm -rf /var/lib/apt/lists/* \
     && java -version
 
-# The project (pyproject.toml and the packages walstream, wal, receiver, driver,
-# checkpoint); .dockerignore keeps tests, caches, the venv and .git out.
+# The project (pyproject.toml and the package walstream, with the folders wal,
+# receiver, driver and checkpoint linked under it); .dockerignore keeps tests,
+# caches, the venv and .git out.
 WORKDIR /src
 COPY . .
 RUN pip install --no-cache-dir . \

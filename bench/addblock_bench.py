@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stat, bench_broker, machine_info, md_facts, md_table, percentile
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
 
 def _reporter_process(address: str, streams: list[int], start_at: float, seconds: float,

@@ -207,12 +207,12 @@ def _executor_of(executor_id: str) -> str:
 def receiver_run(sc: Any, bootstrap: str, admin: Any, sources: Sequence[tuple[str, int]],
                  cfg: IngestConfig, timeout_s: float) -> RunResult:
     """One run: a receiver per ``(topic, records)`` source; see the module docstring."""
-    from driver.listener import StreamingListenerReceiverStarted
-    from driver.received_block_tracker import ReceivedBlockTracker
-    from driver.receiver_tracker import ReceiverTracker
-    from receiver import KafkaReceiver
-    from receiver.task import ReceiverTaskSpec
-    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+    from walstream.driver.listener import StreamingListenerReceiverStarted
+    from walstream.driver.received_block_tracker import ReceivedBlockTracker
+    from walstream.driver.receiver_tracker import ReceiverTracker
+    from walstream.receiver import KafkaReceiver
+    from walstream.receiver.task import ReceiverTaskSpec
+    from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
     app = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     ids = list(range(len(sources)))
@@ -293,7 +293,7 @@ def receiver_run(sc: Any, bootstrap: str, admin: Any, sources: Sequence[tuple[st
 
 
 def _wait_executors(sc: Any, n: int, timeout_s: float = 90.0) -> list[Any]:
-    from driver.receiver_scheduling import executors_of
+    from walstream.driver.receiver_scheduling import executors_of
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -338,7 +338,7 @@ def _log_run(size: int, case: str, n: int, secs: float, raw_secs: float | None,
 
 def run_local(bootstrap: str, admin: Any, size_cfg: Size, runs: int, cfg: IngestConfig,
               res: Results, profile: bool, broker_pid: int) -> None:
-    from driver.spark import create_spark_context
+    from walstream.driver.spark import create_spark_context
 
     sc = create_spark_context("walstream-ingest-bench", "local[3]")
     try:
@@ -384,7 +384,7 @@ def run_local(bootstrap: str, admin: Any, size_cfg: Size, runs: int, cfg: Ingest
 
 def run_cluster(bootstrap: str, admin: Any, size_cfg: Size, runs: int, cfg: IngestConfig,
                 res: Results, broker_pid: int) -> None:
-    from driver.spark import create_spark_context
+    from walstream.driver.spark import create_spark_context
 
     with standalone_cluster(2) as url:
         sc = create_spark_context("walstream-ingest-bench-cluster", url,

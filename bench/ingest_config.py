@@ -50,7 +50,7 @@ class IngestConfig:
     chunk_bytes: int = 512 * 1024  # KafkaWalConfig default
 
     def generator(self) -> Any:
-        from receiver.block_generator import BlockGeneratorConfig
+        from walstream.receiver.block_generator import BlockGeneratorConfig
 
         return BlockGeneratorConfig(block_interval_ms=self.block_interval_ms,
                                     max_block_records=self.max_block_records)

@@ -36,12 +36,12 @@ def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, 
     receiving-thread timers and one ``(start, end, wal_s, add_block_s, records, bytes)``
     per pushed block.
     """
-    import receiver.kafka_receiver as kafka_receiver_module
-    from receiver import KafkaReceiver
-    from receiver.driver_client import DriverClient
-    from receiver.supervisor import ReceiverSupervisor
-    from receiver.text_run import TextRun
-    from wal import KafkaWriteAheadLog
+    import walstream.receiver.kafka_receiver as kafka_receiver_module
+    from walstream.receiver import KafkaReceiver
+    from walstream.receiver.driver_client import DriverClient
+    from walstream.receiver.supervisor import ReceiverSupervisor
+    from walstream.receiver.text_run import TextRun
+    from walstream.wal import KafkaWriteAheadLog
 
     ev: dict[str, float] = {}
     sums: dict[str, float] = {"poll": 0.0, "encode": 0.0, "store": 0.0, "records": 0.0}
@@ -246,10 +246,10 @@ class Profile:
 
 def profile_run(bootstrap: str, admin: Any, topic: str, n: int, cfg: IngestConfig,
                 timeout_s: float) -> Profile:
-    from driver.listener import StreamingListenerReceiverStarted
-    from driver.received_block_tracker import ReceivedBlockTracker
-    from driver.receiver_tracker import ReceiverTracker
-    from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+    from walstream.driver.listener import StreamingListenerReceiverStarted
+    from walstream.driver.received_block_tracker import ReceivedBlockTracker
+    from walstream.driver.receiver_tracker import ReceiverTracker
+    from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
     app = f"bench-ingest-prof-{uuid.uuid4().hex[:8]}"
     registered: list[float] = []

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.streaming import StreamingContext
         from pyspark.streaming.listener import StreamingListener
     else:
-        from driver import StreamingContext, StreamingListener  # type: ignore[assignment]
+        from walstream.driver import StreamingContext, StreamingListener  # type: ignore[assignment]
 
     def setup() -> Any:
         conf = (SparkConf().setMaster(args.master).setAppName(f"peer-bench-{args.impl}")

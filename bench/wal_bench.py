@@ -69,7 +69,7 @@ from bench.wal_cases import (
     raw_throughput,
     wal_throughput,
 )
-from wal import KafkaWalConfig
+from walstream.wal import KafkaWalConfig
 
 RATIO_TARGET = 0.7  # write() with 4 writers, against raw produce
 EVENTS_TARGET = 5000.0  # batched small events per second

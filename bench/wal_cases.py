@@ -23,14 +23,14 @@ from bench.common import (
     percentile,
     topics_with_prefix,
 )
-from wal import (
+from walstream.kafka_logging import with_logger
+from walstream.wal import (
     BatchedWriteAheadLog,
     KafkaWalConfig,
     KafkaWriteAheadLog,
     RecordHandle,
     WriteAheadLog,
 )
-from walstream.kafka_logging import with_logger
 
 MB = 1_000_000  # throughput unit: 10^6 bytes
 KIB, MIB = 1024, 1024 * 1024

@@ -2,7 +2,7 @@
 
 Usage: ``python -m bench.wal_phases [--linger-ms 0 2] [--mib 64]``
 
-Wraps ``wal.kafka_log.encode_record``, ``_Ack`` and ``KafkaWriteAheadLog.write`` *in this
+Wraps ``walstream.wal.kafka_log.encode_record``, ``_Ack`` and ``KafkaWriteAheadLog.write`` *in this
 process only* (no file is changed) and prints, per case, the median of: framing
 (``encode_record``), entry until the produce starts (checks, segment, lock), produce
 until the last delivery callback (librdkafka linger + broker round trip), and callback
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import bench.wal_cases as wb
-import wal.kafka_log as kl
+import walstream.wal.kafka_log as kl
 from bench.common import bench_broker, log
 
 _local = threading.local()

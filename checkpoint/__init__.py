@@ -1,8 +1,8 @@
 """checkpoint: the checkpoint format and its files (Spark's Checkpoint data part,
 CheckpointWriter, CheckpointReader): versioned Avro, written atomically, read
 newest-valid-first. It knows no DStream and imports nothing from ``driver``: what
-goes into a checkpoint and how a restart uses it is :mod:`driver.recovery`."""
+goes into a checkpoint and how a restart uses it is :mod:`walstream.driver.recovery`."""
 
-from checkpoint.errors import CheckpointError
+from walstream.checkpoint.errors import CheckpointError
 
 __all__ = ["CheckpointError"]

@@ -9,7 +9,7 @@ the reader refuses to fall back, past an unreadable newest checkpoint, to one ol
 than the mark: it fails with a clear error instead of restoring a checkpoint whose
 data the WALs no longer hold.
 
-This module holds the format; ``checkpoint.files`` does the I/O.
+This module holds the format; ``walstream.checkpoint.files`` does the I/O.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from checkpoint.errors import CorruptCheckpointError
 from walstream.avro_codec import VersionedCodec
+from walstream.checkpoint.errors import CorruptCheckpointError
 from walstream.errors import CorruptDataError
 
 CLEAN_MARK_NAME = "clean-mark"

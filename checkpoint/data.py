@@ -4,7 +4,7 @@ The data part holds no user code: stream ids and kinds (the graph's shape and
 fingerprint), pending batch times, the reliable-checkpoint files of state RDDs,
 and the conf; it stays readable across releases and code changes. Next to it,
 ``graph`` holds the DStream graph with the user's functions, pickled with
-PySpark's cloudpickle (``driver.graph_pickle``), opaque to the data part: it
+PySpark's cloudpickle (``walstream.driver.graph_pickle``), opaque to the data part: it
 is what ``getOrCreate`` restores without calling ``setupFunc``. It is empty
 (None) when the graph could not be pickled (a warning says why); schema
 version 1 files (before the graph part) read as None too.
@@ -12,7 +12,7 @@ version 1 files (before the graph part) read as None too.
 ``epoch`` is the lease epoch of the driver that wrote the checkpoint (issue 29,
 hot standby): 0 without high availability, which is what every checkpoint of
 schema versions 1 and 2 reads as. The checkpoint reader enforces it against the
-fence files of the directory (``checkpoint.fence``).
+fence files of the directory (``walstream.checkpoint.fence``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.errors import CheckpointWriteError, CorruptCheckpointError
 from walstream.avro_codec import VersionedCodec
+from walstream.checkpoint.errors import CheckpointWriteError, CorruptCheckpointError
 from walstream.errors import CorruptDataError
 
 SCHEMA_V1: dict[str, Any] = {

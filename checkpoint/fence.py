@@ -17,7 +17,7 @@ A corrupt fence is an error (:class:`CorruptFenceError`) as soon as a decision
 depends on it, that is, when no readable fence rejects a candidate already: see
 the error for why it is not skipped.
 
-This module holds the format and the rule; ``checkpoint.files`` does the I/O.
+This module holds the format and the rule; ``walstream.checkpoint.files`` does the I/O.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.errors import CorruptFenceError
 from walstream.avro_codec import VersionedCodec
+from walstream.checkpoint.errors import CorruptFenceError
 from walstream.errors import CorruptDataError
 
 FENCE_SCHEMA_V1: dict[str, Any] = {

@@ -2,7 +2,7 @@
 
 Write protocol (each step before the next): (1) write ``.checkpoint-<ms>.tmp``,
 (2) fsync it, (3) rename it to ``checkpoint-<ms>`` (``checkpoint-<ms>-e<epoch>``
-for a writer of a lease epoch above 0, see ``checkpoint.fence``), (4) fsync the
+for a writer of a lease epoch above 0, see ``walstream.checkpoint.fence``), (4) fsync the
 directory, (5) delete all but the newest ``keep`` checkpoints (the newest ``keep``
 eligible ones when the directory holds fences). A crash at any step leaves
 the previous checkpoints intact; the reader ignores temp files (docs/ARCHITECTURE.md,
@@ -19,7 +19,7 @@ equivalent there. Local paths (the default, and what the tests run) use the OS.
 High availability (issue 29): a driver of lease epoch ``e`` writes its checkpoints
 as ``checkpoint-<ms>-e<e>``, and a new leader fences the directory with
 :func:`write_fence` before it reads. :func:`read_latest` and retention apply the
-fences' rule (``checkpoint.fence``); writers below the highest fence refuse.
+fences' rule (``walstream.checkpoint.fence``); writers below the highest fence refuse.
 
 Local directories are private: created 0700 (and ``<dir>/rdds``, the state RDDs'
 directory, by :func:`prepare_directory`), checkpoint files 0600 whatever the
@@ -43,9 +43,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from checkpoint.clean_mark import CLEAN_MARK_NAME, decode_mark, encode_mark
-from checkpoint.data import CheckpointData
-from checkpoint.errors import (
+from walstream.checkpoint.clean_mark import CLEAN_MARK_NAME, decode_mark, encode_mark
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.errors import (
     CheckpointFallbackError,
     CheckpointFencedError,
     CheckpointWriteError,
@@ -53,7 +53,7 @@ from checkpoint.errors import (
     CorruptFenceError,
     UnsafeCheckpointDirError,
 )
-from checkpoint.fence import Fence, FenceSet, Rejection, identity
+from walstream.checkpoint.fence import Fence, FenceSet, Rejection, identity
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ def _read(path: Any) -> bytes:
 
 
 def _read_identity(path: Any) -> int:
-    """The identity (:func:`checkpoint.fence.identity`) of the checkpoint at ``path``;
+    """The identity (:func:`walstream.checkpoint.fence.identity`) of the checkpoint at ``path``;
     locally from its last four bytes only."""
     if isinstance(path, str):
         return identity(_read(path))
@@ -418,7 +418,7 @@ def _retain(directory: str | Path, keep: int) -> None:
     """Delete all but the newest ``keep`` eligible checkpoints, and what fences reject.
 
     Without fences: all but the newest ``keep`` checkpoint files by name, as always.
-    With fences, eligibility is the reader's rule (:mod:`checkpoint.fence`): the
+    With fences, eligibility is the reader's rule (:mod:`walstream.checkpoint.fence`): the
     newest ``keep`` eligible checkpoints are kept, so the one :func:`read_latest`
     returns is never deleted, however many newer files fences reject; files a
     readable fence rejects are deleted (fences are never removed while they judge
@@ -508,7 +508,7 @@ READ_BACKOFF_S = 0.2
 
 def write_clean_mark(directory: str | Path, checkpoint_time_ms: int) -> Any:
     """Publish that the cleanup after checkpoint ``checkpoint_time_ms`` may delete WAL
-    data (:mod:`checkpoint.clean_mark`); call it right before that cleanup, which must
+    data (:mod:`walstream.checkpoint.clean_mark`); call it right before that cleanup, which must
     not run if this raises."""
     return _write_file(directory, CLEAN_MARK_NAME,
                        encode_mark(checkpoint_time_ms, int(time.time() * 1000)))
@@ -549,7 +549,7 @@ def read_latest(directory: str | Path) -> CheckpointData | None:
     """The newest eligible checkpoint that reads and validates; older ones when it
     does not, but never one older than the clean mark.
 
-    Eligible: by the fences of the directory (:mod:`checkpoint.fence`), a checkpoint
+    Eligible: by the fences of the directory (:mod:`walstream.checkpoint.fence`), a checkpoint
     of epoch ``x`` counts only if every fence of a newer epoch lists it with its
     content; a rejected one is logged at WARNING (once per file and content) naming
     it and the fence, and skipped. Raises :class:`CorruptFenceError`, naming the
@@ -560,7 +560,7 @@ def read_latest(directory: str | Path) -> CheckpointData | None:
     A read error is retried (:data:`READ_TRIES`) before the file counts as
     unreadable. Falling back past an unreadable or invalid checkpoint to an older
     one is refused with :class:`CheckpointFallbackError` when that one is older than
-    the clean mark (:mod:`checkpoint.clean_mark`): the WALs may no longer hold what
+    the clean mark (:mod:`walstream.checkpoint.clean_mark`): the WALs may no longer hold what
     it needs, and restoring it would lose data silently.
 
     A local directory another user owns or anyone may write is refused

@@ -2,7 +2,7 @@
 
 Each partition holds the handles of a run of consecutive blocks; its task reads
 them from Kafka by handle with one reader inside the Python worker
-(:meth:`wal.reader.WalReader.read_many`) and yields their decoded items, block
+(:meth:`walstream.wal.reader.WalReader.read_many`) and yields their decoded items, block
 after block. Reading by handle is deterministic, and the grouping depends only on
 the blocks and the partition limit, so a batch re-run after a crash sees exactly
 the same data in the same partitions.
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from receiver.block_info import ReceivedBlockInfo
 from walstream.errors import ConfigError
+from walstream.receiver.block_info import ReceivedBlockInfo
 
 CONF_MAX_PARTITIONS = "spark.walstream.blockRdd.maxPartitions"
 #: The conf value for Spark's default parallelism (the default).
@@ -55,7 +55,7 @@ def auto_max_partitions(sc: Any, receivers: int) -> int:
     """The ``auto`` limit: Spark's default parallelism, but no more than the task
     slots the application's ``receivers`` leave free (each holds one for good), so
     that a batch's partitions run in one wave."""
-    from driver.warm_up import task_slots
+    from walstream.driver.warm_up import task_slots
 
     default = max(1, int(sc.defaultParallelism))
     free = task_slots(sc) - receivers
@@ -137,9 +137,9 @@ def _read_blocks(
     groups: Iterable[list[dict[str, Any]]],
 ) -> Iterator[Any]:
     # Imported here: this runs in a PySpark Python worker.
-    from receiver.block import block_items
-    from wal.handle import RecordHandle
-    from wal.reader import WalReader
+    from walstream.receiver.block import block_items
+    from walstream.wal.handle import RecordHandle
+    from walstream.wal.reader import WalReader
     from walstream.worker_heap import freeze_once
 
     freeze_once()

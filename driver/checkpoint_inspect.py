@@ -6,9 +6,10 @@ only (nothing is written or cleaned). Guarantee: the ``tracker`` and
 because they come from the same replay, not a copy of it:
 
 * the WAL is opened as the engine opens it: ``<app_id>-driver`` with the
-  application's WAL options (:func:`driver.wal_conf.wal_options_from_conf`) read
+  application's WAL options (:func:`walstream.driver.wal_conf.wal_options_from_conf`) read
   from the checkpoint's conf, which is the conf a restored context runs with;
-* the events are replayed by :class:`~driver.received_block_tracker.ReceivedBlockTracker`'s
+* the events are replayed by
+  :class:`~walstream.driver.received_block_tracker.ReceivedBlockTracker`'s
   own recovery, so an undecodable event is skipped and counted
   (``corrupt_events``) exactly as a restart skips it, never an abort here;
   with high availability, the same fencing cut applies: ``fence_epoch`` is the
@@ -40,11 +41,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from checkpoint.errors import CheckpointError
-from checkpoint.files import read_latest
-from driver.driver_wal import open_driver_wal
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.wal_conf import wal_options_from_conf
+from walstream.checkpoint.errors import CheckpointError
+from walstream.checkpoint.files import read_latest
+from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.wal_conf import wal_options_from_conf
 from walstream.kafka_settings import PREFIX, redacted
 from walstream.progress import ProgressReporter, ProgressSnapshot
 

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from driver.dstream import DStream
-from driver.errors import StreamClosedError
-from driver.wal_conf import kafka_settings_of
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal.handle import RecordHandle
-from wal.reader import FETCH_WAIT_MS
+from walstream.driver.dstream import DStream
+from walstream.driver.errors import StreamClosedError
+from walstream.driver.wal_conf import kafka_settings_of
 from walstream.kafka_logging import with_logger
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal.handle import RecordHandle
+from walstream.wal.reader import FETCH_WAIT_MS
 from walstream.worker_heap import freeze_once
 
 if TYPE_CHECKING:
-    from driver.streaming_context import StreamingContext
+    from walstream.driver.streaming_context import StreamingContext
 
 log = logging.getLogger(__name__)
 

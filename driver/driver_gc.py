@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from driver.durations import conf_time_ms
+from walstream.driver.durations import conf_time_ms
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from wal import BatchedWriteAheadLog, WriteAheadLog
-from wal.epoch_chain import EpochChainLog
+from walstream.wal import BatchedWriteAheadLog, WriteAheadLog
+from walstream.wal.epoch_chain import EpochChainLog
 
 if TYPE_CHECKING:
-    from driver.metrics import EngineMetrics
+    from walstream.driver.metrics import EngineMetrics
 
 
 def driver_wal_name(app_id: str) -> str:
@@ -40,7 +40,7 @@ def open_driver_wal(bootstrap_servers: str, app_id: str,
                           **dict(wal_options or {}))
     wal: WriteAheadLog = BatchedWriteAheadLog(chain)
     if metrics is not None:
-        from driver.metrics import MeteredWriteAheadLog
+        from walstream.driver.metrics import MeteredWriteAheadLog
 
         wal = MeteredWriteAheadLog(wal, name, metrics)
     return wal

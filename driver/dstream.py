@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.rdd import portable_hash
 
-from driver.block_rdd import union_rdds
-from driver.durations import check_multiple, ms_of, time_of, to_ms
+from walstream.driver.block_rdd import union_rdds
+from walstream.driver.durations import check_multiple, ms_of, time_of, to_ms
 from walstream.errors import ConfigError
 
 if TYPE_CHECKING:
-    from driver.streaming_context import StreamingContext
+    from walstream.driver.streaming_context import StreamingContext
 
 
 def _arity(func: Callable[..., Any]) -> int:
@@ -64,7 +64,7 @@ class DStream:
         self._restored_floor_ms: int | None = None
         self._id = ssc._graph.register(self)
 
-    # -- checkpointing of the graph (driver.graph_pickle) ---------------------
+    # -- checkpointing of the graph (walstream.driver.graph_pickle) ---------------------
 
     def __getstate__(self) -> dict[str, Any]:
         # The context belongs to the process; generated RDDs cannot leave it (state
@@ -141,13 +141,13 @@ class DStream:
         return self._ssc
 
     def transform(self, func: Callable[..., Any]) -> DStream:
-        from driver.dstream_kinds import TransformedDStream
+        from walstream.driver.dstream_kinds import TransformedDStream
 
         return TransformedDStream(self, with_time(func, 1))
 
     def transformWith(self, func: Callable[..., Any], other: DStream,  # noqa: N802
                       keepSerializer: bool = False) -> DStream:  # noqa: N803
-        from driver.dstream_kinds import MultiTransformedDStream
+        from walstream.driver.dstream_kinds import MultiTransformedDStream
 
         return MultiTransformedDStream([self, other], with_time(func, 2))
 
@@ -259,7 +259,7 @@ class DStream:
     # -- output operations --------------------------------------------------------
 
     def foreachRDD(self, func: Callable[..., Any]) -> None:  # noqa: N802
-        from driver.dstream_kinds import ForEachDStream
+        from walstream.driver.dstream_kinds import ForEachDStream
 
         fn = with_time(func, 1)
         ForEachDStream(self, lambda t, rdd: fn(time_of(t), rdd), "foreachRDD")
@@ -280,7 +280,7 @@ class DStream:
 
     def saveAsTextFiles(self, prefix: str, suffix: str | None = None) -> None:  # noqa: N802
         """Save each batch as ``prefix-<time_ms>[.suffix]``; a re-run overwrites (SPARK-4835)."""
-        from driver.output import overwrite_text_file
+        from walstream.driver.output import overwrite_text_file
 
         def save(t: datetime, rdd: Any) -> None:
             path = f"{prefix}-{ms_of(t)}" + (f".{suffix}" if suffix else "")
@@ -298,7 +298,7 @@ class DStream:
         return w, s
 
     def window(self, windowDuration: float, slideDuration: float | None = None) -> DStream:  # noqa: N803
-        from driver.dstream_kinds import WindowedDStream
+        from walstream.driver.dstream_kinds import WindowedDStream
 
         w, s = self._window_durations(windowDuration, slideDuration)
         return WindowedDStream(self, w, s)
@@ -346,7 +346,7 @@ class DStream:
         if invFunc is None:
             out = reduced.window(w / 1000, s / 1000).reduceByKey(func, numPartitions)
             return out.filter(filterFunc) if filterFunc else out
-        from driver.dstream_kinds import ReducedWindowedDStream
+        from walstream.driver.dstream_kinds import ReducedWindowedDStream
 
         return ReducedWindowedDStream(reduced, func, invFunc, w, s,
                                       numPartitions or self._ssc._default_parallelism(),
@@ -355,7 +355,7 @@ class DStream:
     def updateStateByKey(self, updateFunc: Callable[[list[Any], Any], Any],  # noqa: N802, N803
                          numPartitions: int | None = None,  # noqa: N803
                          initialRDD: Any = None) -> DStream:  # noqa: N803
-        from driver.dstream_kinds import StateDStream
+        from walstream.driver.dstream_kinds import StateDStream
 
         initial = initialRDD
         if initial is not None and not hasattr(initial, "mapPartitions"):

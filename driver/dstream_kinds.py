@@ -6,10 +6,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from checkpoint.errors import CheckpointError
-from driver.dstream import DStream
-from driver.job_scheduler import Job
-from driver.output_writer import output_writer, writing_as
+from walstream.checkpoint.errors import CheckpointError
+from walstream.driver.dstream import DStream
+from walstream.driver.job_scheduler import Job
+from walstream.driver.output_writer import output_writer, writing_as
 
 
 class TransformedDStream(DStream):
@@ -18,7 +18,7 @@ class TransformedDStream(DStream):
         self._func = func
 
     def compute(self, t: int) -> Any:
-        from driver.durations import time_of
+        from walstream.driver.durations import time_of
 
         rdd = self._parents[0].get_or_compute(t)
         return None if rdd is None else self._func(time_of(t), rdd)
@@ -35,7 +35,7 @@ class MultiTransformedDStream(DStream):
         self._func = func
 
     def compute(self, t: int) -> Any:
-        from driver.durations import time_of
+        from walstream.driver.durations import time_of
 
         rdds = [p.get_or_compute(t) for p in self._parents]
         sc = self._ssc.sparkContext

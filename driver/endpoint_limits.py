@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from driver.errors import ReportLimitError
-from receiver.block_info import ReceivedBlockInfo
+from walstream.driver.errors import ReportLimitError
 from walstream.errors import ConfigError
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.rpc import messages as m
 from walstream.rpc.auth import SESSION_TOKEN_CHARS
 from walstream.rpc.bounds import Bounds

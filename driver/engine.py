@@ -29,13 +29,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from driver.batch_info import BatchInfo, ReceiverInfo
-from driver.driver_wal import driver_wal_name, open_driver_wal
-from driver.engine_config import EngineConfig
-from driver.ha_errors import LeaseReleasedError
-from driver.job_generator import Checkpointer, JobGenerator
-from driver.job_scheduler import Job, JobScheduler
-from driver.listener import (
+from walstream.driver.batch_info import BatchInfo, ReceiverInfo
+from walstream.driver.driver_wal import driver_wal_name, open_driver_wal
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.ha_errors import LeaseReleasedError
+from walstream.driver.job_generator import Checkpointer, JobGenerator
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.listener import (
     ListenerBus,
     ReceiverEvent,
     StreamingListener,
@@ -43,25 +43,25 @@ from driver.listener import (
     StreamingListenerReceiverStarted,
     StreamingListenerStreamingStarted,
 )
-from driver.metrics import (
+from walstream.driver.metrics import (
     EngineMetrics,
     Live,
     ReceiverFigures,
     record_recovery,
 )
-from driver.output_gate import OutputGate
-from driver.rate_controller import PIDRateEstimator, RateController
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from driver.status_server import StatusServer, serve_status
-from driver.tracker_tail import TrackerTail
-from receiver.block_info import BlockFigures, ReceivedBlockInfo
-from receiver.receiver import Receiver
-from receiver.supervisor import SupervisorConfig
-from receiver.task import ReceiverTaskSpec
-from wal import WriteAheadLog
-from wal.base import FollowGapError
+from walstream.driver.output_gate import OutputGate
+from walstream.driver.rate_controller import PIDRateEstimator, RateController
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.status_server import StatusServer, serve_status
+from walstream.driver.tracker_tail import TrackerTail
 from walstream.killpoints import kill_point
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.supervisor import SupervisorConfig
+from walstream.receiver.task import ReceiverTaskSpec
+from walstream.wal import WriteAheadLog
+from walstream.wal.base import FollowGapError
 
 log = logging.getLogger(__name__)
 
@@ -426,7 +426,7 @@ class StreamingEngine:
            events: an unstarted bus only queues, and drops what its bounded queue
            cannot hold. Before 5 submits jobs: a failing job wakes
            :meth:`await_termination`. With them the status server
-           (:mod:`driver.status_server`), after 2: its figures read the endpoint.
+           (:mod:`walstream.driver.status_server`), after 2: its figures read the endpoint.
         4. Set each receiver's initial rate limit. Before 5: a completed batch may
            publish the rate controller's limit, which the initial one must not
            overwrite.
@@ -479,7 +479,7 @@ class StreamingEngine:
     def newest_wal_epoch(self) -> int:
         """The newest linked epoch of the driver WAL chain (0: no link), as a claim's
         floor: read from Kafka's topic list, not from this engine's state."""
-        from wal.epoch_chain import EpochChainLog
+        from walstream.wal.epoch_chain import EpochChainLog
 
         chain = EpochChainLog(self.config.bootstrap_servers, driver_wal_name(self.config.app_id),
                               **self.config.wal_options)

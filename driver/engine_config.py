@@ -11,22 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.block_rdd import max_partitions_from_conf
-from driver.durations import conf_time_ms
-from driver.endpoint_conf import (
+from walstream.driver.block_rdd import max_partitions_from_conf
+from walstream.driver.durations import conf_time_ms
+from walstream.driver.endpoint_conf import (
     LOOPBACK,
     EndpointTls,
     endpoint_addresses,
     endpoint_tls,
     spark_auth_secret,
 )
-from driver.ha_conf import HaConfig
-from driver.job_generator import DEFAULT_ALLOCATE_BACKOFF_MS, DEFAULT_ALLOCATE_RETRIES
-from driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
-from driver.status_server import ui_address
-from driver.wal_conf import wal_options_from_conf
-from receiver.block_generator import BlockGeneratorConfig
+from walstream.driver.ha_conf import HaConfig
+from walstream.driver.job_generator import DEFAULT_ALLOCATE_BACKOFF_MS, DEFAULT_ALLOCATE_RETRIES
+from walstream.driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
+from walstream.driver.status_server import ui_address
+from walstream.driver.wal_conf import wal_options_from_conf
 from walstream.errors import ConfigError
+from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.rpc.auth import EndpointCredentials
 
 #: Retries of a batch whose driver-side inputs (a direct stream's offset probe)

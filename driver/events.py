@@ -1,6 +1,6 @@
 """The tracker's event types, frozen, and their versioned Avro encoding.
 
-Every change of :class:`~driver.received_block_tracker.ReceivedBlockTracker`
+Every change of :class:`~walstream.driver.received_block_tracker.ReceivedBlockTracker`
 state is one of these, logged to the driver WAL before memory changes; replay
 applies them in one place (``ReceivedBlockTracker._apply``).
 
@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.rpc.schemas import BLOCK_INFO_SCHEMA
+from walstream.wal.framing import DEFAULT_MAX_RECORD_BYTES
 
 _STREAM_BLOCKS = {
     "type": "record",

@@ -36,13 +36,13 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from driver.dstream import DStream
-from receiver.block_info import ReceivedBlockInfo
-from wal import KafkaWriteAheadLog
 from walstream.avro_codec import VersionedCodec
+from walstream.driver.dstream import DStream
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal import KafkaWriteAheadLog
 
 if TYPE_CHECKING:
-    from driver.streaming_context import StreamingContext
+    from walstream.driver.streaming_context import StreamingContext
 
 log = logging.getLogger(__name__)
 

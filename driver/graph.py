@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from walstream.errors import ConfigError
 
 if TYPE_CHECKING:
-    from driver.dstream import DStream
-    from driver.dstream_kinds import ForEachDStream
-    from driver.job_scheduler import Job
+    from walstream.driver.dstream import DStream
+    from walstream.driver.dstream_kinds import ForEachDStream
+    from walstream.driver.job_scheduler import Job
 
 
 class DStreamGraph:

@@ -28,10 +28,10 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-from checkpoint.errors import GraphLoadError, GraphNotCheckpointableError
-from driver.dstream import DStream
-from driver.graph import DStreamGraph
-from driver.input_streams import QueueInputDStream
+from walstream.checkpoint.errors import GraphLoadError, GraphNotCheckpointableError
+from walstream.driver.dstream import DStream
+from walstream.driver.graph import DStreamGraph
+from walstream.driver.input_streams import QueueInputDStream
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """High availability: a leader and a hot standby of one application.
 
-With ``spark.walstream.ha.enabled=true`` (:mod:`driver.ha_conf`), ``start()`` takes
-part in the application's lease (:mod:`driver.lease`). The first process to claim
+With ``spark.walstream.ha.enabled=true`` (:mod:`walstream.driver.ha_conf`), ``start()`` takes
+part in the application's lease (:mod:`walstream.driver.lease`). The first process to claim
 it leads; any other becomes a hot standby and ``start()`` returns without running
 batches. A standby keeps warm what a cold restart would have to build: its
 SparkContext and executors (warmed at start), the block tracker, which follows
-the driver WAL as the leader appends to it (:mod:`driver.tracker_tail`), the
+the driver WAL as the leader appends to it (:mod:`walstream.driver.tracker_tail`), the
 newest checkpoint, read and checked against its graph as the leader writes them
-(:mod:`driver.ha_context`), and the driver WAL's connection for its epoch link.
+(:mod:`walstream.driver.ha_context`), and the driver WAL's connection for its epoch link.
 Its receivers do not run.
 
 When the leader's lease expires (no renewal for ``leaseTimeout``), a standby claims
@@ -21,7 +21,7 @@ in docs/decisions/ha-lease-and-fencing.md:
 3. Fence the checkpoint directory for ``e``: an old leader's later checkpoint is
    never read.
 4. Read the driver WAL to its end, begin epoch ``e``'s own log with the cut, and
-   log ``EpochStarted(e)`` (:meth:`~driver.engine.StreamingEngine.take_over`).
+   log ``EpochStarted(e)`` (:meth:`~walstream.driver.engine.StreamingEngine.take_over`).
 5. Restore the state and the batches to run from the newest checkpoint the fence
    admits, then start: endpoint (keys of epoch ``e``: the old leader's receivers
    are refused), receivers (they resume from the replayed source positions), and
@@ -41,9 +41,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from driver.ha_conf import HaConfig
-from driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
-from driver.lease import Lease, LeaseConfig, ensure_lease_topic
+from walstream.driver.ha_conf import HaConfig
+from walstream.driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
+from walstream.driver.lease import Lease, LeaseConfig, ensure_lease_topic
 from walstream.kafka_settings import settings_from_conf
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 With ``spark.walstream.ha.enabled=true`` the same application started twice, with
 the same checkpoint directory and app id, gives a leader and a hot standby
-(:mod:`driver.ha`). Without it nothing changes: no lease, the driver WAL keeps its
+(:mod:`walstream.driver.ha`). Without it nothing changes: no lease, the driver WAL keeps its
 plain name, and every record carries epoch 0.
 
 * ``spark.walstream.ha.leaseTimeout`` (default ``1s``): how long a standby waits
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from driver.durations import conf_time_ms
+from walstream.driver.durations import conf_time_ms
 from walstream.errors import ConfigError
 
 CONF_ENABLED = "spark.walstream.ha.enabled"

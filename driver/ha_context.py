@@ -14,20 +14,20 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.data import CheckpointData
-from checkpoint.files import CheckpointWriter, highest_fence, read_latest, write_fence
-from driver.engine_config import EngineConfig
-from driver.ha import HighAvailability
-from driver.kafka_sink import fence_sinks, graph_sink_writers, set_sink_epoch
-from driver.output_gate import OutputGate
-from driver.recovery import check_compatible
-from driver.warm_up import keep_warm
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.files import CheckpointWriter, highest_fence, read_latest, write_fence
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.ha import HighAvailability
+from walstream.driver.kafka_sink import fence_sinks, graph_sink_writers, set_sink_epoch
+from walstream.driver.output_gate import OutputGate
+from walstream.driver.recovery import check_compatible
+from walstream.driver.warm_up import keep_warm
 from walstream.kafka_settings import settings_from_conf
 from walstream.killpoints import kill_point
 
 if TYPE_CHECKING:
-    from driver.engine import StreamingEngine
-    from driver.graph import DStreamGraph
+    from walstream.driver.engine import StreamingEngine
+    from walstream.driver.graph import DStreamGraph
 
 log = logging.getLogger(__name__)
 

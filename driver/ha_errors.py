@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver.errors import DriverError
+from walstream.driver.errors import DriverError
 from walstream.errors import ConfigError
 
 

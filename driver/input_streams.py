@@ -6,13 +6,13 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from driver.block_rdd import auto_max_partitions, block_rdd
-from driver.dstream import DStream
-from driver.wal_conf import kafka_settings_of
+from walstream.driver.block_rdd import auto_max_partitions, block_rdd
+from walstream.driver.dstream import DStream
+from walstream.driver.wal_conf import kafka_settings_of
 
 if TYPE_CHECKING:
-    from driver.streaming_context import StreamingContext
-    from receiver.receiver import Receiver
+    from walstream.driver.streaming_context import StreamingContext
+    from walstream.receiver.receiver import Receiver
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ that of its allocation, so scheduling delay (and the rate controller fed by it)
 still counts the wait.
 
 A restart's catch-up (the resubmitted batches left) and its first completed batch
-are logged by :class:`~driver.restart_log.RestartLog` (``restart_log``).
+are logged by :class:`~walstream.driver.restart_log.RestartLog` (``restart_log``).
 
 The event queue is bounded. A full queue blocks the poster (the timer, or the
 scheduler reporting a completion) until the loop catches up: that is the
@@ -75,12 +75,12 @@ from typing import assert_never
 
 from confluent_kafka import KafkaError, KafkaException
 
-from driver.batch_info import BatchInfo
-from driver.errors import TrackerWriteError
-from driver.job_scheduler import Job, JobScheduler
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.recurring_timer import RecurringTimer
-from driver.restart_log import CATCH_UP_LOG_INTERVAL_S, RestartLog
+from walstream.driver.batch_info import BatchInfo
+from walstream.driver.errors import TrackerWriteError
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.recurring_timer import RecurringTimer
+from walstream.driver.restart_log import CATCH_UP_LOG_INTERVAL_S, RestartLog
 from walstream.errors import WalStreamError
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class JobGenerator:
         """``on_fatal(error)`` is called once, on the loop thread, when a batch could
         not be prepared (see the module docstring); it must not wait for the loop.
         ``clock`` (wall seconds, the tracker's clock) times the restart's log lines
-        (:class:`~driver.restart_log.RestartLog`); ``driver_streams``: the input
+        (:class:`~walstream.driver.restart_log.RestartLog`); ``driver_streams``: the input
         streams read by the driver (direct streams), not by receivers."""
         self.before_allocate = before_allocate
         self.allocate_retries = max(0, allocate_retries)

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from driver.batch_info import BatchInfo, OutputOperationInfo
-from driver.daemon_pool import DaemonThreadPool
-from driver.errors import JobFailedError
-from driver.listener import (
+from walstream.driver.batch_info import BatchInfo, OutputOperationInfo
+from walstream.driver.daemon_pool import DaemonThreadPool
+from walstream.driver.errors import JobFailedError
+from walstream.driver.listener import (
     ListenerBus,
     StreamingListenerBatchCompleted,
     StreamingListenerBatchStarted,

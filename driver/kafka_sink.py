@@ -76,8 +76,8 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from driver.output_writer import check_writer, current_writer, output_writer
-from driver.sink_protocol import (
+from walstream.driver.output_writer import check_writer, current_writer, output_writer
+from walstream.driver.sink_protocol import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,
@@ -93,7 +93,7 @@ from driver.sink_protocol import (
     SinkWriterError,
     app_kafka_settings,
 )
-from driver.sink_reader import Skipped, SkippedAttempt, SkippedRecord, read_exactly_once
+from walstream.driver.sink_reader import Skipped, SkippedAttempt, SkippedRecord, read_exactly_once
 from walstream.errors import ConfigError
 from walstream.kafka_logging import with_logger
 from walstream.kafka_settings import is_secret

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from receiver.kafka_receiver import KafkaReceiver, utf8_decoder
 from walstream.errors import ConfigError
+from walstream.receiver.kafka_receiver import KafkaReceiver, utf8_decoder
 
 Decoder = Callable[[bytes | None], Any]
 
@@ -51,7 +51,7 @@ class KafkaUtils:
                            keyDecoder: Decoder = utf8_decoder,  # noqa: N803
                            valueDecoder: Decoder = utf8_decoder) -> Any:  # noqa: N803
         """A receiver-less stream of ``(key, value)`` pairs; each batch an offset range."""
-        from driver.direct_stream import DirectKafkaInputDStream
+        from walstream.driver.direct_stream import DirectKafkaInputDStream
 
         return DirectKafkaInputDStream(ssc, list(topics), _bootstrap(kafkaParams),
                                        dict(kafkaParams), fromOffsets or {},

@@ -36,10 +36,10 @@ The log is the authority; time only decides *when* somebody claims:
   that run at the same rate the holder stops leading before a standby claims.
   A holder paused past that (SIGSTOP, a long collection) is caught by the log:
   on waking, its next renewal's read finds the newer claim and it is fenced
-  (:class:`~driver.ha_errors.LeaseFencedError`). What it wrote while not knowing
+  (:class:`~walstream.driver.ha_errors.LeaseFencedError`). What it wrote while not knowing
   is for the epoch checks of the WAL and the checkpoint to refuse.
 - A holder that cannot confirm a renewal within ``timeout`` (broker unreachable)
-  gives the lease up for good (:class:`~driver.ha_errors.LeaseLostError`);
+  gives the lease up for good (:class:`~walstream.driver.ha_errors.LeaseLostError`);
   leading again is a new claim with a new epoch.
 
 Every record also carries its writer's folded state and the offset it was
@@ -68,7 +68,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from driver.ha_errors import (
+from walstream.avro_codec import VersionedCodec
+from walstream.driver.ha_errors import (
     LeaseConfigError,
     LeaseError,
     LeaseFencedError,
@@ -76,7 +77,6 @@ from driver.ha_errors import (
     LeaseLogRecreatedError,
     LeaseLostError,
 )
-from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError
 from walstream.kafka_logging import with_logger
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from driver.batch_info import BatchInfo, OutputOperationInfo, ReceiverInfo
+from walstream.driver.batch_info import BatchInfo, OutputOperationInfo, ReceiverInfo
 
 log = logging.getLogger(__name__)
 

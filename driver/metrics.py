@@ -1,6 +1,6 @@
 """The engine's metrics (Spark's ``StreamingSource``) in Prometheus form.
 
-:class:`EngineMetrics` is a :class:`~driver.listener.StreamingListener` on the
+:class:`EngineMetrics` is a :class:`~walstream.driver.listener.StreamingListener` on the
 engine's bus: the batch and record figures are the listener's figures, counted
 from the same ``BatchInfo`` a user's listener gets. What the bus carries no event
 for comes through direct hooks: the driver WAL is wrapped in
@@ -30,13 +30,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from driver.batch_info import BatchInfo
-from driver.events import AllocatedBlocks, event_kind_of
-from driver.listener import StreamingListener
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block_info import BlockFigures
-from wal.base import ForwardingWriteAheadLog, WriteAheadLog
-from wal.handle import RecordHandle
+from walstream.driver.batch_info import BatchInfo
+from walstream.driver.events import AllocatedBlocks, event_kind_of
+from walstream.driver.listener import StreamingListener
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.receiver.block_info import BlockFigures
+from walstream.wal.base import ForwardingWriteAheadLog, WriteAheadLog
+from walstream.wal.handle import RecordHandle
 
 #: Buckets of the batch total delay histogram, in seconds.
 DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from driver.errors import NotLeaderError
+from walstream.driver.errors import NotLeaderError
 
 #: Pause between looks at the lease while a renewal is late (s).
 POLL_S = 0.01

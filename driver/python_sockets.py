@@ -16,7 +16,7 @@ What is set, and when:
 - ``spark.python.unix.domain.socket.enabled=true`` is a default, never an
   override: a value the app set in its SparkConf, or ``$PYSPARK_UDS_MODE`` (which
   is Spark's own default for the key), stands.
-- A context walstream builds (:func:`driver.spark.create_spark_context`, a
+- A context walstream builds (:func:`walstream.driver.spark.create_spark_context`, a
   restore by ``getOrCreate``) has it in its SparkConf from the start, so a
   cluster's executors get it when they register.
 - A SparkContext the app built itself gets it in its running conf when a

@@ -22,7 +22,7 @@ A long replay reports its progress as it goes at most every
 ``REPLAY_LOG_INTERVAL_S`` and once at the end, through a
 :class:`~walstream.progress.ProgressReporter` (a caller such as ``walstream
 inspect`` may pass its own, drawing a progress bar): events so far, the rate,
-and, from a WAL that can tell (:meth:`~wal.base.WriteAheadLog.replay_progress`:
+and, from a WAL that can tell (:meth:`~walstream.wal.base.WriteAheadLog.replay_progress`:
 a Kafka WAL, also under the batched and forwarding wrappers), the WAL records
 read of their total, its percentage and an ETA from that fraction and the time
 so far. That total counts Kafka records, taken from the segments' end offsets as
@@ -37,7 +37,7 @@ was replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
 Epochs and the fencing cut (docs/decisions/ha-lease-and-fencing.md). Every event
 carries its writer's epoch (0 without high availability); the tracker stamps its
 own, :attr:`ReceivedBlockTracker.epoch`, on every event it logs. A leader that
-takes over logs :class:`~driver.events.EpochStarted` of its epoch before anything
+takes over logs :class:`~walstream.driver.events.EpochStarted` of its epoch before anything
 else it logs as leader (:meth:`ReceivedBlockTracker.start_epoch`). ``_apply``
 keeps :attr:`~ReceivedBlockTracker.fence_epoch`, the highest epoch whose
 ``EpochStarted`` it applied, and enforces, live, on replay and on a standby's
@@ -72,8 +72,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from driver.errors import TrackerFencedError, TrackerWriteError
-from driver.events import (
+from walstream.driver.errors import TrackerFencedError, TrackerWriteError
+from walstream.driver.events import (
     AllocatedBlocks,
     BatchAllocation,
     BatchCleanup,
@@ -83,14 +83,14 @@ from driver.events import (
     decode_event,
     encode_event,
 )
-from driver.tracker_state import RecoveryStats, TrackerState, wal_extent
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal.base import WriteAheadLog
-from wal.errors import WalError
+from walstream.driver.tracker_state import RecoveryStats, TrackerState, wal_extent
 from walstream.errors import ConfigError, CorruptDataError
 from walstream.killpoints import kill_point
 from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal.base import WriteAheadLog
+from walstream.wal.errors import WalError
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ it does not parse or a block that large could be refused by the WAL.
 
 from __future__ import annotations
 
-from receiver.block_generator import MAX_BLOCK_BYTES, BlockGeneratorConfig
 from walstream.errors import ConfigError
+from walstream.receiver.block_generator import MAX_BLOCK_BYTES, BlockGeneratorConfig
 
 MAX_BLOCK_BYTES_KEY = "spark.walstream.receiver.maxBlockBytes"
 

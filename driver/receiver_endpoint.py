@@ -4,21 +4,21 @@ RegisterReceiver (accept or refuse, answering with the source positions the
 driver acknowledged and the current rate limit), AddBlock (True only after the
 tracker logged the block), ReportError and DeregisterReceiver. Unknown or
 deregistered receivers are refused with a clear error, and so is anything over
-:class:`~driver.endpoint_limits.EndpointLimits` (checked before a block is
+:class:`~walstream.driver.endpoint_limits.EndpointLimits` (checked before a block is
 logged or kept; Report strings are truncated before they are kept or logged).
 
 Every accepted registration gets a new session token bound to its stream
 (:mod:`walstream.rpc.auth`). A caller that passes ``session`` (the gRPC endpoint
 always does, with what the call presented) must present the stream's current
-token, else :class:`~driver.errors.SessionTokenError`; in-process callers pass
+token, else :class:`~walstream.driver.errors.SessionTokenError`; in-process callers pass
 none. A stream bound with :meth:`LocalReceiverEndpoint.bind` takes only blocks of
-its own WAL and declared source topics (:class:`~driver.stream_binding.StreamBinding`).
-A block's :class:`~receiver.block_info.BlockFigures` (the receiver's WAL write, the
+its own WAL and declared source topics (:class:`~walstream.driver.stream_binding.StreamBinding`).
+A block's :class:`~walstream.receiver.block_info.BlockFigures` (the receiver's WAL write, the
 source ends it knows) go, once the block is logged and with the values no real
 receiver sends and the ends of other topics than a bound stream's left out, to the
 ``on_figures`` callback (the engine's metrics); they never decide the answer.
 The gRPC
-:class:`~driver.receiver_tracker.ReceiverTracker` serves the same messages to
+:class:`~walstream.driver.receiver_tracker.ReceiverTracker` serves the same messages to
 receivers on executors.
 """
 
@@ -30,25 +30,25 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from driver.endpoint_limits import EndpointLimits, escape_controls
-from driver.errors import (
+from walstream.driver.endpoint_limits import EndpointLimits, escape_controls
+from walstream.driver.errors import (
     NotLeaderError,
     ReportLimitError,
     SessionTokenError,
     UnknownReceiverError,
 )
-from driver.listener import (
+from walstream.driver.listener import (
     ReceiverEvent,
     StreamingListenerReceiverError,
     StreamingListenerReceiverStarted,
     StreamingListenerReceiverStopped,
 )
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_commands import CommandMailbox
-from driver.stream_binding import StreamBinding
-from receiver.block_info import BlockFigures, ReceivedBlockInfo
-from receiver.registration import Registration
-from receiver.states import ReceiverState
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_commands import CommandMailbox
+from walstream.driver.stream_binding import StreamBinding
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
+from walstream.receiver.registration import Registration
+from walstream.receiver.states import ReceiverState
 from walstream.rpc.auth import new_session_token, same_token
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 
@@ -222,7 +222,7 @@ class LocalReceiverEndpoint:
         :class:`UnknownReceiverError` for a receiver that is not registered,
         :class:`SessionTokenError` for a ``session`` that is not its stream's
         current one, :class:`ReportLimitError` for a report over :attr:`limits`,
-        :class:`~driver.errors.ForeignBlockError` for a WAL or source topic that is
+        :class:`~walstream.driver.errors.ForeignBlockError` for a WAL or source topic that is
         not its bound stream's. ``figures`` go to :attr:`on_figures` once the block
         is logged (:func:`sane_figures`)."""
         with self._lock:

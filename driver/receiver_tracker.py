@@ -6,17 +6,17 @@ AddBlock (answered True only after the tracker logged the block; it carries the
 receiver's figures, handed to ``on_figures``), Report
 (errors and deregistration) and a Control stream carrying StopReceiver,
 CleanupOldBlocks and UpdateRateLimit to the receiver (coalesced per receiver,
-see :class:`~driver.receiver_commands.CommandMailbox`: never dropped). Local API:
+see :class:`~walstream.driver.receiver_commands.CommandMailbox`: never dropped). Local API:
 ``start_all_receivers``, ``restart_receiver``, ``all_receiver_ids``,
 ``stop_all_receivers``.
 
 Security (:mod:`walstream.rpc.auth`): every call must present the application's
-call token (:class:`~driver.endpoint_auth.CallAuthInterceptor`, UNAUTHENTICATED
+call token (:class:`~walstream.driver.endpoint_auth.CallAuthInterceptor`, UNAUTHENTICATED
 otherwise); AddBlock, Report and Control must present their stream's current
 session token (PERMISSION_DENIED otherwise); a launched stream takes only blocks
-of its own WAL and source topics (:class:`~driver.stream_binding.StreamBinding`,
+of its own WAL and source topics (:class:`~walstream.driver.stream_binding.StreamBinding`,
 PERMISSION_DENIED otherwise); the registration answer, every AddBlock answer and
-every command carry the driver key's MAC. With :class:`~driver.endpoint_conf.EndpointTls`
+every command carry the driver key's MAC. With :class:`~walstream.driver.endpoint_conf.EndpointTls`
 the endpoint serves TLS only.
 
 Receivers run as long-running single-task Spark jobs, one per receiver, each on
@@ -37,29 +37,29 @@ from typing import Any, NoReturn
 
 import grpc
 
-from driver.endpoint_auth import CallAuthInterceptor
-from driver.endpoint_conf import LOOPBACK, EndpointTls, host_port
-from driver.endpoint_limits import EndpointLimits
-from driver.errors import (
+from walstream.driver.endpoint_auth import CallAuthInterceptor
+from walstream.driver.endpoint_conf import LOOPBACK, EndpointTls, host_port
+from walstream.driver.endpoint_limits import EndpointLimits
+from walstream.driver.errors import (
     NotLeaderError,
     ReceiverPermissionError,
     ReportLimitError,
     UnknownReceiverError,
 )
-from driver.listener import StreamingListenerReceiverError
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import FiguresSink, Listener, LocalReceiverEndpoint
-from driver.receiver_scheduling import (
+from walstream.driver.listener import StreamingListenerReceiverError
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import FiguresSink, Listener, LocalReceiverEndpoint
+from walstream.driver.receiver_scheduling import (
     ExecutorLocation,
     executors_of,
     located_single_partition_rdd,
     reschedule_receiver,
 )
-from driver.stream_binding import StreamBinding
-from receiver.block_info import BlockFigures, ReceivedBlockInfo
-from receiver.states import ReceiverState
-from receiver.task import ReceiverTaskSpec, run_receiver_task
+from walstream.driver.stream_binding import StreamBinding
 from walstream.errors import ConfigError, CorruptDataError
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
+from walstream.receiver.states import ReceiverState
+from walstream.receiver.task import ReceiverTaskSpec, run_receiver_task
 from walstream.rpc import auth
 from walstream.rpc import messages as m
 

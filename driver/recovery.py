@@ -41,13 +41,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from checkpoint.data import CheckpointData, StateRdd
-from checkpoint.errors import CheckpointError, IncompatibleGraphError
-from checkpoint.files import read_latest
-from driver.graph import DStreamGraph
-from driver.graph_pickle import loads_graph
-from driver.python_sockets import unix_sockets_default
 from walstream import worker_daemon
+from walstream.checkpoint.data import CheckpointData, StateRdd
+from walstream.checkpoint.errors import CheckpointError, IncompatibleGraphError
+from walstream.checkpoint.files import read_latest
+from walstream.driver.graph import DStreamGraph
+from walstream.driver.graph_pickle import loads_graph
+from walstream.driver.python_sockets import unix_sockets_default
 from walstream.jvm_archive import use_archive
 from walstream.kafka_settings import is_secret, without_secrets
 
@@ -100,7 +100,8 @@ def get_or_create(checkpoint_path: str, setup: Callable[[], Any],
         ssc = _from_setup(checkpoint_path, setup)
         check_compatible(ssc.recovery_view(), data)
     ssc.resume_from(data)
-    log.info("recovering from checkpoint %d (%d pending batches)", data.checkpoint_time_ms,
+    log.info("recovering from checkpoint %d (%d pending batches)",
+             data.checkpoint_time_ms,
              len(data.pending_times_ms))
     return ssc
 
@@ -180,7 +181,7 @@ def _restore(checkpoint_path: str, data: CheckpointData,
     running one, else a new one from the checkpoint's conf (new master, host, ports)."""
     from pyspark import SparkConf, SparkContext
 
-    from driver.spark import spark_environment
+    from walstream.driver.spark import spark_environment
 
     assert data.graph is not None
     graph = loads_graph(data.graph)  # before any SparkContext: fail fast, say why

@@ -8,7 +8,7 @@ At INFO, each once or at most every ``CATCH_UP_LOG_INTERVAL_S``:
   rate and an ETA, and one line when none is left;
 * the first batch after the restart that completes, with the time from the
   restart to then: from the start of the tracker's WAL replay
-  (:attr:`~driver.received_block_tracker.ReceivedBlockTracker.recovery_stats`),
+  (:attr:`~walstream.driver.received_block_tracker.ReceivedBlockTracker.recovery_stats`),
   the first step of a restarted ``StreamingContext.start``. It is kept in
   :attr:`RestartLog.first_batch_after_restart_s` for the metrics;
 * the first completed batch with new data: data this process ingested itself,
@@ -32,7 +32,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.progress import ProgressReporter, ProgressSnapshot, format_rate
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from driver.errors import DriverError
+from walstream.driver.errors import DriverError
 from walstream.kafka_settings import settings_from_conf
 
 H_BATCH, H_PART, H_ATTEMPT, H_SEQ, H_COMMIT = (
@@ -34,7 +34,7 @@ def app_kafka_settings(sc: Any = None) -> dict[str, str]:
 
 
 class SinkError(DriverError):
-    """Root of the errors :mod:`driver.kafka_sink` raises on purpose."""
+    """Root of the errors :mod:`walstream.driver.kafka_sink` raises on purpose."""
 
 
 class SinkWriterError(SinkError):
@@ -45,7 +45,7 @@ class SinkWriterError(SinkError):
 
 
 class SinkReadLimitError(SinkError):
-    """:func:`~driver.kafka_sink.read_exactly_once` would buffer more uncommitted
+    """:func:`~walstream.driver.kafka_sink.read_exactly_once` would buffer more uncommitted
     output than its bounds allow (one attempt's bytes, all attempts' bytes, or the
     number of open attempts). Nothing was yielded past the point it stopped; raise
     the named bound to read such a topic."""

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.output_writer import MAX_WRITER_BYTES
-from driver.sink_protocol import (
+from walstream.driver.output_writer import MAX_WRITER_BYTES
+from walstream.driver.sink_protocol import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,

@@ -6,9 +6,9 @@ import os
 import sys
 from typing import Any
 
-from driver.endpoint_conf import LOOPBACK, is_local_master
-from driver.python_sockets import unix_sockets_default
 from walstream import worker_daemon
+from walstream.driver.endpoint_conf import LOOPBACK, is_local_master
+from walstream.driver.python_sockets import unix_sockets_default
 from walstream.jvm_archive import use_archive
 
 DEFAULT_MASTER = "local[3]"

@@ -2,7 +2,7 @@
 
 ``spark.walstream.ui.port`` (default 0: a free port; -1: no server) and
 ``spark.walstream.ui.host`` (default: the receiver endpoint's bind address rule
-of :mod:`driver.endpoint_conf`, so loopback under ``local[...]``). The server is
+of :mod:`walstream.driver.endpoint_conf`, so loopback under ``local[...]``). The server is
 :class:`walstream.bounded_http.BoundedHttpServer` with :data:`LIMITS`: a peer that
 opens connections and never speaks, or dribbles its request, costs no thread and
 is closed at the request deadline or when a newer connection needs the room, so
@@ -24,10 +24,10 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from driver.endpoint_conf import endpoint_addresses, host_port
-from driver.metrics import EngineMetrics
-from driver.status_page import PAGE_HTML
 from walstream.bounded_http import BoundedHttpServer, Limits, Request, Response
+from walstream.driver.endpoint_conf import endpoint_addresses, host_port
+from walstream.driver.metrics import EngineMetrics
+from walstream.driver.status_page import PAGE_HTML
 from walstream.errors import ConfigError
 from walstream.status_view import STATE_FILE
 

@@ -7,7 +7,7 @@ another stream's WAL (another stream's data would be read twice, or a batch
 would read whatever lives there) nor a range of a source it does not read (that
 source's resume position would move). When the tracker launches a receiver it
 binds the stream to the receiver's own WAL and declared source topics
-(:func:`receiver.source_topics.declared_source_topics`), and refuses any other
+(:func:`walstream.receiver.source_topics.declared_source_topics`), and refuses any other
 report before it is logged.
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from driver.errors import ForeignBlockError
-from receiver.block_info import ReceivedBlockInfo
-from receiver.source_topics import declared_source_topics
-from receiver.task import ReceiverTaskSpec
-from wal.config import KafkaWalConfig
-from wal.segments import parse_topics
+from walstream.driver.errors import ForeignBlockError
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.source_topics import declared_source_topics
+from walstream.receiver.task import ReceiverTaskSpec
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.segments import parse_topics
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """StreamingContext with PySpark's API, running on this project's engine.
 
 Port an app by changing ``from pyspark.streaming import StreamingContext`` to
-``from driver import StreamingContext``. Receivers write to Kafka WALs, the
+``from walstream.driver import StreamingContext``. Receivers write to Kafka WALs, the
 driver logs its tracker to Kafka, and every batch runs on the given
 SparkContext. Kafka: ``spark.walstream.kafka.bootstrapServers`` (conf), else
 ``KAFKA_BOOTSTRAP_SERVERS``, else a running embedded broker, else one started
@@ -25,23 +25,24 @@ from typing import Any, ClassVar
 
 from pyspark.storagelevel import StorageLevel
 
-from checkpoint.data import CheckpointData
-from checkpoint.errors import CheckpointFencedError
-from checkpoint.files import CheckpointWriter, prepare_directory, write_clean_mark
-from driver.block_rdd import union_rdds
-from driver.driver_gc import PeriodicDriverGC
-from driver.driver_streams import before_allocate, clean_driver_streams, log_ends
-from driver.dstream import DStream
-from driver.durations import to_ms
-from driver.engine import StreamingEngine
-from driver.engine_config import EngineConfig
-from driver.errors import JobFailedError
-from driver.graph import DStreamGraph
-from driver.graph_pickle import dumps_graph, pickle_graph
-from driver.ha_context import HighAvailabilityMixin
-from driver.listener import StreamingListener
-from driver.python_sockets import prefer_unix_sockets
-from driver.recovery import (
+from walstream.broker import default_home
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.errors import CheckpointFencedError
+from walstream.checkpoint.files import CheckpointWriter, prepare_directory, write_clean_mark
+from walstream.driver.block_rdd import union_rdds
+from walstream.driver.driver_gc import PeriodicDriverGC
+from walstream.driver.driver_streams import before_allocate, clean_driver_streams, log_ends
+from walstream.driver.dstream import DStream
+from walstream.driver.durations import to_ms
+from walstream.driver.engine import StreamingEngine
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.errors import JobFailedError
+from walstream.driver.graph import DStreamGraph
+from walstream.driver.graph_pickle import dumps_graph, pickle_graph
+from walstream.driver.ha_context import HighAvailabilityMixin
+from walstream.driver.listener import StreamingListener
+from walstream.driver.python_sockets import prefer_unix_sockets
+from walstream.driver.recovery import (
     POLICY_KEY,
     ContextView,
     build_checkpoint,
@@ -50,9 +51,8 @@ from driver.recovery import (
     state_floor,
     times_to_resubmit,
 )
-from driver.status_server import state_file_dir
-from driver.warm_up import warm_up_workers
-from walstream.broker import default_home
+from walstream.driver.status_server import state_file_dir
+from walstream.driver.warm_up import warm_up_workers
 from walstream.errors import ConfigError
 from walstream.killpoints import kill_point
 from walstream.log_format import apply_log_format
@@ -141,7 +141,7 @@ class StreamingContext(HighAvailabilityMixin):
         ssc._receiver_count = max(ids, default=-1) + 1
         return ssc
 
-    # -- what recovery sees of this context (driver.recovery.RecoverableContext) ----
+    # -- what recovery sees of this context (walstream.driver.recovery.RecoverableContext) ----
 
     def recovery_view(self) -> ContextView:
         """The graph, batch duration, conf and checkpoint directory, for recovery."""
@@ -261,8 +261,8 @@ class StreamingContext(HighAvailabilityMixin):
         is not voided by its own earlier fences. A checkpoint directory fenced by a
         newer epoch than the WAL's belongs to a takeover that never finished: that
         is an error, not something to write past."""
-        from checkpoint.files import highest_fence
-        from driver.kafka_sink import set_sink_epoch
+        from walstream.checkpoint.files import highest_fence
+        from walstream.driver.kafka_sink import set_sink_epoch
 
         if self._checkpoint_dir is not None and self._checkpoint_writer is not None:
             fenced = highest_fence(self._checkpoint_dir)
@@ -321,7 +321,7 @@ class StreamingContext(HighAvailabilityMixin):
 
     def _build_engine(self, cfg: EngineConfig) -> StreamingEngine:
         """The checkpoint writer and the engine, wired to the graph; nothing runs yet."""
-        from driver.input_streams import ReceiverInputDStream
+        from walstream.driver.input_streams import ReceiverInputDStream
 
         receivers = {s.stream_id: s.receiver for s in self._graph.streams
                      if isinstance(s, ReceiverInputDStream)}
@@ -482,8 +482,8 @@ class StreamingContext(HighAvailabilityMixin):
 
     def _driver_streams(self) -> list[Any]:
         """Inputs whose batches the driver decides and logs itself (direct Kafka, files)."""
-        from driver.direct_stream import DirectKafkaInputDStream
-        from driver.file_stream import FileInputDStream
+        from walstream.driver.direct_stream import DirectKafkaInputDStream
+        from walstream.driver.file_stream import FileInputDStream
 
         return [s for s in self._graph.streams
                 if isinstance(s, DirectKafkaInputDStream | FileInputDStream)]
@@ -512,7 +512,7 @@ class StreamingContext(HighAvailabilityMixin):
     # -- input streams -------------------------------------------------------------
 
     def receiverStream(self, receiver: Any) -> DStream:  # noqa: N802
-        from driver.input_streams import ReceiverInputDStream
+        from walstream.driver.input_streams import ReceiverInputDStream
 
         return ReceiverInputDStream(self, receiver, type(receiver).__name__)
 
@@ -521,17 +521,17 @@ class StreamingContext(HighAvailabilityMixin):
                          ) -> DStream:
         """Lines from TCP; ``storageLevel`` is accepted for compatibility (the Kafka WAL
         replaces Spark's replicated block storage)."""
-        from receiver.socket_receiver import SocketTextReceiver
+        from walstream.receiver.socket_receiver import SocketTextReceiver
 
         return self.receiverStream(SocketTextReceiver(hostname, port))
 
     def textFileStream(self, directory: str) -> DStream:  # noqa: N802
-        from driver.file_stream import FileInputDStream
+        from walstream.driver.file_stream import FileInputDStream
 
         return FileInputDStream(self, directory)
 
     def binaryRecordsStream(self, directory: str, recordLength: int) -> DStream:  # noqa: N802, N803
-        from driver.file_stream import FileInputDStream
+        from walstream.driver.file_stream import FileInputDStream
 
         if recordLength <= 0:
             raise ConfigError("recordLength must be positive")
@@ -539,7 +539,7 @@ class StreamingContext(HighAvailabilityMixin):
 
     def queueStream(self, rdds: list[Any], oneAtATime: bool = True,  # noqa: N802, N803
                     default: Any = None) -> DStream:
-        from driver.input_streams import QueueInputDStream
+        from walstream.driver.input_streams import QueueInputDStream
 
         sc = self._sc
         rdds = [r if hasattr(r, "mapPartitions") else sc.parallelize(list(r)) for r in rdds]
@@ -549,8 +549,8 @@ class StreamingContext(HighAvailabilityMixin):
 
     def transform(self, dstreams: list[DStream],
                   transformFunc: Callable[..., Any]) -> DStream:  # noqa: N803
-        from driver.dstream import _arity
-        from driver.dstream_kinds import MultiTransformedDStream
+        from walstream.driver.dstream import _arity
+        from walstream.driver.dstream_kinds import MultiTransformedDStream
 
         if _arity(transformFunc) == 1:
             return MultiTransformedDStream(list(dstreams), lambda t, *rdds: transformFunc(
@@ -559,7 +559,7 @@ class StreamingContext(HighAvailabilityMixin):
             t, list(rdds)))
 
     def union(self, *dstreams: DStream) -> DStream:
-        from driver.dstream_kinds import MultiTransformedDStream
+        from walstream.driver.dstream_kinds import MultiTransformedDStream
 
         if not dstreams:
             raise ConfigError("should have at least one DStream to union")

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from receiver.block_info import ReceivedBlockInfo
-from wal.base import WriteAheadLog
 from walstream.progress import Extent
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal.base import WriteAheadLog
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class TrackerState:
 
 def wal_extent(wal: WriteAheadLog) -> Extent | None:
     """How far ``wal``'s latest ``read_all`` got in its records of a known total;
-    None when the log cannot tell (see :meth:`~wal.base.WriteAheadLog.replay_progress`)."""
+    None when the log cannot tell
+    (see :meth:`~walstream.wal.base.WriteAheadLog.replay_progress`)."""
     replay = wal.replay_progress()
     if replay is None or replay.total is None:
         return None

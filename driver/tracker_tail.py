@@ -1,7 +1,7 @@
 """A hot standby's tracker, kept current by following the driver WAL.
 
 The standby applies every record the leader logs, as it lands, with the same
-:meth:`~driver.received_block_tracker.ReceivedBlockTracker.apply_logged` a replay
+:meth:`~walstream.driver.received_block_tracker.ReceivedBlockTracker.apply_logged` a replay
 uses, so at a takeover it holds the leader's queues, allocations and source
 positions without replaying the log from its start. A record that does not decode
 is counted by the tracker and skipped, as in a replay.
@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 
 log = logging.getLogger(__name__)
 

@@ -46,9 +46,9 @@ def _import_block_reader(_: Iterable[Any]) -> Iterator[int]:
     import confluent_kafka  # noqa: F401
     import fastavro  # noqa: F401
 
-    from receiver.block import Block  # noqa: F401
-    from receiver.items import decode_item  # noqa: F401
-    from wal.reader import WalReader  # noqa: F401
+    from walstream.receiver.block import Block  # noqa: F401
+    from walstream.receiver.items import decode_item  # noqa: F401
+    from walstream.wal.reader import WalReader  # noqa: F401
 
     time.sleep(HOLD_S)
     yield 1

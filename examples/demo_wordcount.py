@@ -32,17 +32,17 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from driver.block_rdd import block_rdd
-from driver.job_generator import JobGenerator
-from driver.job_scheduler import Job, JobScheduler
-from driver.listener import ListenerBus
-from driver.metrics import EngineMetrics
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from driver.spark import create_spark_context
-from driver.status_server import serve_status
-from receiver import BlockGeneratorConfig, KafkaReceiver, ReceiverSupervisor
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.driver.block_rdd import block_rdd
+from walstream.driver.job_generator import JobGenerator
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.listener import ListenerBus
+from walstream.driver.metrics import EngineMetrics
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.spark import create_spark_context
+from walstream.driver.status_server import serve_status
+from walstream.receiver import BlockGeneratorConfig, KafkaReceiver, ReceiverSupervisor
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream import broker, procs
 from walstream.kafka_logging import with_logger
 

@@ -3,7 +3,7 @@
     python examples/structured_receiver_wordcount.py [--total N] [--checkpoint DIR]
 
 The receiver is the built-in deterministic line generator
-(``receiver.rate_receiver:RateGeneratorReceiver``): it stores ``N`` lines, each
+(``walstream.receiver.rate_receiver:RateGeneratorReceiver``): it stores ``N`` lines, each
 block in its Kafka log before it is reported, and resumes after what the driver
 acknowledged when it is relaunched. The query counts words with
 ``groupBy().count()`` in complete mode; when every line is in, the counts are
@@ -38,7 +38,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import explode, split
 
 import walstream
-from receiver.rate_receiver import generated_line
+from walstream.receiver.rate_receiver import generated_line
 
 SEED = 7
 
@@ -59,7 +59,7 @@ def main() -> int:
     walstream.register(spark)
     lines = (spark.readStream.format("walstream")
              .option("name", args.name)
-             .option("receiver", "receiver.rate_receiver:RateGeneratorReceiver")
+             .option("receiver", "walstream.receiver.rate_receiver:RateGeneratorReceiver")
              .option("receiver.args", json.dumps(
                  {"rate": args.rate, "seed": SEED, "total": args.total}))
              .option("decode", "utf-8")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from driver.block_rdd import block_rdd
-from driver.driver_wal import open_driver_wal
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver import BlockGeneratorConfig, Receiver
-from receiver.task import ReceiverTaskSpec
+from walstream.driver.block_rdd import block_rdd
+from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver import BlockGeneratorConfig, Receiver
+from walstream.receiver.task import ReceiverTaskSpec
 from walstream.testing import wait_until
 
 POLL_S = 0.05  # the pause between polls of a pipeline's state

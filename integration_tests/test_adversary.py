@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-import structured.registry as registry
-from driver.block_rdd import block_rdd
-from driver.engine import EngineConfig, StreamingEngine
-from driver.job_scheduler import Job
-from receiver import RateGeneratorReceiver, generated_line
+import walstream.structured.registry as registry
+from walstream.driver.block_rdd import block_rdd
+from walstream.driver.engine import EngineConfig, StreamingEngine
+from walstream.driver.job_scheduler import Job
+from walstream.receiver import RateGeneratorReceiver, generated_line
 from walstream.rpc import messages as m
 from walstream.testing import wait_until
 from walstream.testing.adversary import Adversary

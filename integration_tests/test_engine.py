@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from driver.block_rdd import block_rdd
-from driver.engine import EngineConfig, StreamingEngine
-from driver.errors import JobFailedError
-from driver.job_scheduler import Job
-from driver.listener import StreamingListener
-from driver.spark import create_spark_context
 from integration_tests.harness import POLL_S
-from receiver import RateGeneratorReceiver
+from walstream.driver.block_rdd import block_rdd
+from walstream.driver.engine import EngineConfig, StreamingEngine
+from walstream.driver.errors import JobFailedError
+from walstream.driver.job_scheduler import Job
+from walstream.driver.listener import StreamingListener
+from walstream.driver.spark import create_spark_context
+from walstream.receiver import RateGeneratorReceiver
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark

@@ -4,6 +4,10 @@ Each runs as its own process (``python examples/X.py ...`` with the master from
 PYSPARK_SUBMIT_ARGS, as spark-submit would set it), fed by a local TCP server or
 a Kafka topic with a known set of lines; its printed counts must add up exactly.
 The whole process group is killed at the end: nothing is left behind.
+
+The wheel: built from this checkout and installed into a fresh virtualenv outside
+the repository, it adds one import name (``walstream``) and the ``walstream``
+command, and Spark's receiver-based Kafka word count runs from it.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,21 +42,27 @@ POLL_S = 0.2  # the pause between polls of an app's output
 pytestmark = pytest.mark.spark
 
 
-def _env(bootstrap: str, tmp_path: Path) -> dict[str, str]:
+def _env(bootstrap: str, tmp_path: Path, python: str = sys.executable) -> dict[str, str]:
+    """An example's environment; ``python`` other than this one runs it without the
+    checkout on its path (an installed walstream)."""
     env = dict(os.environ)
     env.update(KAFKA_BOOTSTRAP_SERVERS=bootstrap, SPARK_LOCAL_IP="127.0.0.1",
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python,
                PYSPARK_SUBMIT_ARGS="--master local[3] pyspark-shell",
                PYTHONPATH=str(ROOT))
+    if python != sys.executable:
+        env.pop("PYTHONPATH")
+        env.pop("VIRTUAL_ENV", None)
     return env
 
 
 class App:
     """An example running in its own session; stdout collected line by line."""
 
-    def __init__(self, script: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, script: str | Path, args: list[str], env: dict[str, str], cwd: Path,
+                 python: str = sys.executable) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "examples" / script), *args], cwd=cwd, env=env,
+            [python, str(ROOT / "examples" / script), *args], cwd=cwd, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
         self.lines: list[str] = []
@@ -163,6 +175,12 @@ def test_kafka_examples(script: str, bootstrap: str, topic_factory: Callable[...
                         tmp_path: Path) -> None:
     topic = topic_factory("words")
     app = App(script, [bootstrap, topic], _env(bootstrap, tmp_path), tmp_path)
+    _counts_exactly(app, bootstrap, topic)
+
+
+def _counts_exactly(app: App, bootstrap: str, topic: str) -> None:
+    """Once ``app`` printed its first batch, feed ``LINES`` to ``topic``; its printed
+    counts must add up to exactly theirs. The app is killed at the end."""
     try:
         wait_until(lambda: any(line.startswith("Time:") for line in app.lines), 120,
                    "the first batch", poll_s=POLL_S, abort=app.exited, details=app.tail)
@@ -189,3 +207,63 @@ def test_structured_receiver_wordcount_is_exact(bootstrap: str, tmp_path: Path,
         assert "exact: every word counted once" in app.lines, app.tail()
     finally:
         app.kill()
+
+
+def _wheel_venv(tmp_path: Path) -> Path:
+    """A fresh virtualenv outside the repository with walstream's wheel installed;
+    returns its python. Asserts what the wheel and the install add: one import name.
+
+    The wheel installs without its dependencies, which the virtualenv reads from this
+    one's site-packages (a path file after its own, so the wheel's walstream comes
+    first; the path files in that directory, the editable install's among them, are
+    not read): it tests what the wheel adds, without a second gigabyte of PySpark."""
+    # Built from a copy: a build in the checkout leaves build/ and egg-info behind.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache"))
+    dist = tmp_path / "dist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                            str(dist), str(source)], capture_output=True, text=True,
+                           timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = dist.glob("walstream-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        tops = {n.split("/")[0] for n in whl.namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"walstream"}, sorted(tops)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    (site,) = venv.glob("lib/python*/site-packages")
+    before = set(os.listdir(site))
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                                "--no-index", str(wheel)], capture_output=True, text=True,
+                               timeout=300)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    added = {n for n in set(os.listdir(site)) - before if not n.endswith(".dist-info")}
+    assert added == {"walstream"}, sorted(added)
+    assert (venv / "bin" / "walstream").is_file()
+    import pyspark
+
+    (site / "zz-dependencies.pth").write_text(f"{Path(pyspark.__file__).parents[1]}\n")
+    return python
+
+
+def test_the_wheel_adds_one_import_name_and_runs_the_kafka_word_count(
+        bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> None:
+    python = str(_wheel_venv(tmp_path))
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    env = _env(bootstrap, tmp_path, python)
+    where = subprocess.run(
+        [python, "-c", "import importlib.util, walstream\n"
+         "print(walstream.__file__)\n"
+         "print([n for n in ('driver', 'receiver', 'wal', 'checkpoint', 'structured')\n"
+         "       if importlib.util.find_spec(n) is not None])"],
+        cwd=app_dir, env=env, capture_output=True, text=True, timeout=60)
+    assert where.returncode == 0, where.stderr
+    module, bare = where.stdout.splitlines()
+    assert module.startswith(str(tmp_path / "venv")) and bare == "[]", where.stdout
+    script = app_dir / "kafka_wordcount.py"
+    script.write_text((ROOT / "examples" / "kafka_wordcount.py").read_text())
+    topic = topic_factory("words")
+    _counts_exactly(App(script, [bootstrap, topic], env, app_dir, python), bootstrap, topic)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.data import CheckpointData
-from checkpoint.files import checkpoint_files
-from driver.ha_context import CHECKPOINT_RELOAD_S
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.files import checkpoint_files
+from walstream.driver.ha_context import CHECKPOINT_RELOAD_S
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig
 from walstream.testing.chaos_feeder import Feeder

@@ -22,10 +22,10 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from driver import KafkaSink, KafkaUtils, StreamingContext, read_exactly_once
-from driver.spark import create_spark_context
-from driver.streaming_context import CONF_BOOTSTRAP
 from walstream import broker, procs
+from walstream.driver import KafkaSink, KafkaUtils, StreamingContext, read_exactly_once
+from walstream.driver.spark import create_spark_context
+from walstream.driver.streaming_context import CONF_BOOTSTRAP
 from walstream.kafka_logging import with_logger
 from walstream.testing import wait_until
 from walstream.testing.kafka_gate import KafkaGate

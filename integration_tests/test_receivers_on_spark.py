@@ -20,20 +20,20 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from driver.errors import NotLeaderError
-from driver.ha_errors import LeaseLostError
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from driver.spark import create_spark_context
 from integration_tests.harness import POLL_S, ReceiverPipeline
-from receiver import (
+from walstream.driver.errors import NotLeaderError
+from walstream.driver.ha_errors import LeaseLostError
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.spark import create_spark_context
+from walstream.receiver import (
     KafkaReceiver,
     RateGeneratorReceiver,
     Receiver,
     SocketTextReceiver,
     generated_line,
 )
-from receiver.task import ReceiverTaskSpec, run_receiver_task
+from walstream.receiver.task import ReceiverTaskSpec, run_receiver_task
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
@@ -192,7 +192,7 @@ def test_a_receiver_on_spark_deletes_its_wal_data_only_while_its_driver_leads(
     a clean the driver commanded and then stopped leading for deletes nothing there
     (the driver's lease check, asked again right before the delete); commanded again
     while it leads, it goes through."""
-    from wal import KafkaWriteAheadLog
+    from walstream.wal import KafkaWriteAheadLog
 
     app = unique_name("grant")
     pipe = ReceiverPipeline(sc, bootstrap, app, [RateGeneratorReceiver(200.0, seed=1)])

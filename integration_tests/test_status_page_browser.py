@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from driver import StreamingContext
-from driver.spark import create_spark_context
-from driver.streaming_context import CONF_BOOTSTRAP
-from receiver.rate_receiver import RateGeneratorReceiver
+from walstream.driver import StreamingContext
+from walstream.driver.spark import create_spark_context
+from walstream.driver.streaming_context import CONF_BOOTSTRAP
+from walstream.receiver.rate_receiver import RateGeneratorReceiver
 from walstream.testing import wait_until
 from walstream.testing.fixtures import KafkaBroker
 

@@ -5,9 +5,9 @@ the :class:`ReceiverSupervisor` writes each block to a Kafka WAL, reports it to
 the driver, and only then lets the receiver acknowledge its source.
 """
 
-from receiver.block import Block, SourceRange
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
-from receiver.errors import (
+from walstream.receiver.block import Block, SourceRange
+from walstream.receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from walstream.receiver.errors import (
     BadRecordError,
     BlockGeneratorStoppedError,
     BlockGeneratorTimeoutError,
@@ -21,13 +21,13 @@ from receiver.errors import (
     ReceiverError,
     ReceiverRefusedError,
 )
-from receiver.kafka_receiver import KafkaReceiver
-from receiver.rate_limiter import RateLimiter
-from receiver.rate_receiver import RateGeneratorReceiver, generated_line
-from receiver.receiver import Receiver
-from receiver.registration import Registration
-from receiver.socket_receiver import SocketTextReceiver
-from receiver.supervisor import BlockReporter, ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.kafka_receiver import KafkaReceiver
+from walstream.receiver.rate_limiter import RateLimiter
+from walstream.receiver.rate_receiver import RateGeneratorReceiver, generated_line
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.registration import Registration
+from walstream.receiver.socket_receiver import SocketTextReceiver
+from walstream.receiver.supervisor import BlockReporter, ReceiverSupervisor, SupervisorConfig
 
 __all__ = [
     "BadRecordError",

@@ -7,7 +7,7 @@ the exact source positions the driver acknowledged.
 
 Three versions, all written and all read:
 
-- v1 holds any items, as an array of their encodings (:mod:`receiver.items`).
+- v1 holds any items, as an array of their encodings (:mod:`walstream.receiver.items`).
 - v2 holds a block whose items are all ``str`` with no newline in them (what
   text receivers store: lines): their UTF-8 joined by newlines, and their count.
   A task gets the block's lines with one decode and one split, instead of
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from receiver.errors import CorruptItemError
-from receiver.items import STR_TAG, VALUE_TAG, decode_items
-from receiver.text_run import TextRun
-from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import AVRO_LENGTHS, VersionedCodec, avro_long
 from walstream.errors import CorruptDataError
+from walstream.receiver.errors import CorruptItemError
+from walstream.receiver.items import STR_TAG, VALUE_TAG, decode_items
+from walstream.receiver.text_run import TextRun
 from walstream.rpc.schemas import SOURCE_RANGE_SCHEMA
+from walstream.wal.framing import DEFAULT_MAX_RECORD_BYTES
 
 BLOCK_SCHEMA_V1: dict[str, Any] = {
     "type": "record",
@@ -164,7 +164,7 @@ class Block:
         record by record, on the receiver's pushing thread
         (docs/decisions/hand-laid-avro-encoders.md). A record that
         is not bytes fails the join with ``TypeError``, as it failed fastavro.
-        A :class:`~receiver.text_run.TextRun`'s chunks go into the one join as
+        A :class:`~walstream.receiver.text_run.TextRun`'s chunks go into the one join as
         they are: its text is never built apart.
         """
         records = self.records
@@ -224,7 +224,7 @@ def block_items(data: bytes, max_bytes: int = MAX_BLOCK_BYTES) -> list[Any]:
     A v2 block's lines come from one strict UTF-8 decode (``surrogatepass``, as
     ``str`` items are stored) and one split, a v3 block's pairs from one strict
     decode, one split and one zip with ``None`` keys; a v1 block's items from
-    :func:`~receiver.items.decode_items`. Raises what :meth:`Block.decode` and
+    :func:`~walstream.receiver.items.decode_items`. Raises what :meth:`Block.decode` and
     ``decode_items`` raise for bytes that are not a block of valid items
     (``CorruptDataError`` and its subclasses), never another exception type.
     """

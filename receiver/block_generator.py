@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Protocol, cast
 
-from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
-from receiver.rate_limiter import RateLimiter
-from receiver.text_run import TextRun
-from wal.config import KafkaWalConfig
 from walstream.errors import ConfigError
+from walstream.receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
+from walstream.receiver.rate_limiter import RateLimiter
+from walstream.receiver.text_run import TextRun
+from walstream.wal.config import KafkaWalConfig
 
 log = logging.getLogger(__name__)
 

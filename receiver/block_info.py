@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.block import SourceRange
-from wal.handle import RecordHandle
+from walstream.receiver.block import SourceRange
+from walstream.wal.handle import RecordHandle
 
 
 @dataclass(frozen=True, order=True)

@@ -17,8 +17,8 @@ marker, the topic deletes: wal/kafka_log.py):
    that validity is left: the delete is then issued while the lease is held, with
    ``margin_s`` to spare for the delete request to reach the broker.
 
-Anything else raises :class:`~receiver.errors.CleanRefusedError` (or a
-:class:`~receiver.errors.DriverProofError`) and the clean stops with the data in
+Anything else raises :class:`~walstream.receiver.errors.CleanRefusedError` (or a
+:class:`~walstream.receiver.errors.DriverProofError`) and the clean stops with the data in
 place; the next command's clean tries again. A driver without high availability
 grants with no bound (no standby can take over).
 """
@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Protocol
 
-from receiver.errors import CleanRefusedError
+from walstream.receiver.errors import CleanRefusedError
 
 #: Validity of the driver's lease that must be left when the delete is issued (s).
 CLEAN_MARGIN_S = 0.5

@@ -12,11 +12,11 @@ call token; AddBlock, Report and Control present the session token of this
 client's registration of the stream. The client believes nothing the driver key
 does not sign: a registration answer must prove the nonce sent with it, an
 accepting AddBlock answer its session and block id (else
-:class:`~receiver.errors.DriverProofError`, and the source is not acknowledged),
+:class:`~walstream.receiver.errors.DriverProofError`, and the source is not acknowledged),
 and a command its session and a sequence number above the last one taken (else
 it is logged and ignored). A refused secret raises
-:class:`~receiver.errors.EndpointAuthError`, a refused session or block
-:class:`~receiver.errors.EndpointPermissionError`; neither is retried. With TLS
+:class:`~walstream.receiver.errors.EndpointAuthError`, a refused session or block
+:class:`~walstream.receiver.errors.EndpointPermissionError`; neither is retried. With TLS
 credentials the channel is TLS, trusting only the credentials' certificates.
 """
 
@@ -29,16 +29,16 @@ from typing import Any
 
 import grpc
 
-from receiver.block import SourceRange
-from receiver.block_info import BlockFigures, ReceivedBlockInfo
-from receiver.errors import (
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
+from walstream.receiver.errors import (
     CleanRefusedError,
     DriverProofError,
     EndpointAuthError,
     EndpointPermissionError,
     EndpointSecurityError,
 )
-from receiver.registration import Registration
+from walstream.receiver.registration import Registration
 from walstream.rpc import auth
 from walstream.rpc import messages as m
 

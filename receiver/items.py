@@ -17,9 +17,9 @@ from typing import Any
 
 import fastavro
 
-from receiver.errors import BadRecordError, CorruptItemError
-from wal.framing import DEFAULT_MAX_RECORD_BYTES
 from walstream.avro_codec import avro_long
+from walstream.receiver.errors import BadRecordError, CorruptItemError
+from walstream.wal.framing import DEFAULT_MAX_RECORD_BYTES
 
 #: The largest item ``decode_item`` reads: an item is never larger than the WAL
 #: record holding its block (the WAL's default ``max_record_bytes``).

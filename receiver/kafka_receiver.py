@@ -31,14 +31,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from receiver.block import SourceRange
-from receiver.block_generator import byte_runs, encoded_bytes, item_bytes
-from receiver.errors import BlockGeneratorStoppedError
-from receiver.items import VALUE_TAG, encode_utf8_pair
-from receiver.receiver import Receiver
-from receiver.text_run import TextRun
 from walstream.errors import ConfigError
 from walstream.kafka_logging import with_logger
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_generator import byte_runs, encoded_bytes, item_bytes
+from walstream.receiver.errors import BlockGeneratorStoppedError
+from walstream.receiver.items import VALUE_TAG, encode_utf8_pair
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.text_run import TextRun
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any
 
-from receiver.errors import BlockGeneratorStoppedError
-from receiver.receiver import Receiver
+from walstream.receiver.errors import BlockGeneratorStoppedError
+from walstream.receiver.receiver import Receiver
 
 WORDS = ("kafka", "spark", "stream", "block", "batch", "driver", "receiver", "wal",
          "replay", "offset", "commit", "checkpoint")

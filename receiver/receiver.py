@@ -12,10 +12,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from receiver.errors import ReceiverError
+from walstream.receiver.errors import ReceiverError
 
 if TYPE_CHECKING:
-    from receiver.supervisor import ReceiverSupervisor
+    from walstream.receiver.supervisor import ReceiverSupervisor
 
 
 class Receiver:
@@ -105,7 +105,7 @@ class Receiver:
         generator's ``max_block_bytes`` becomes several blocks, in order, each
         within the cap; if it carries ``metadata`` (source positions, which cannot
         be divided among blocks) it is refused with
-        :class:`~receiver.errors.BlockTooLargeError` before anything is stored.
+        :class:`~walstream.receiver.errors.BlockTooLargeError` before anything is stored.
 
         Spark's ``store(ByteBuffer)`` (a pre-serialized block) is
         :meth:`storeBytes` here, because in Python ``bytes`` is the ordinary type of
@@ -130,7 +130,7 @@ class Receiver:
         round per call), and ``metadata`` (for example the source ranges of the
         items) is acknowledged only together with all of them. Items over
         ``max_block_bytes`` in all go into several blocks without ``metadata``,
-        and are refused with :class:`~receiver.errors.BlockTooLargeError` with it.
+        and are refused with :class:`~walstream.receiver.errors.BlockTooLargeError` with it.
         """
         self.supervisor.push_many(list(items), metadata)
 

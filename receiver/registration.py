@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from receiver.block import SourceRange
+from walstream.receiver.block import SourceRange
 
 
 class Registration(NamedTuple):

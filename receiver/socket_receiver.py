@@ -10,7 +10,7 @@ Spark.
 
 A line longer than ``max_line_bytes`` (default 8 MiB, the supervisor's default
 ``max_record_bytes``) is never held whole: it is reported as a bad record
-(:class:`~receiver.errors.BadRecordError` naming the limit, under the
+(:class:`~walstream.receiver.errors.BadRecordError` naming the limit, under the
 supervisor's ``bad_record_policy``: skipped, or the receiver stops) and dropped
 up to its newline; the lines before and after it are stored as usual.
 
@@ -32,11 +32,11 @@ import socket
 import threading
 from typing import Any
 
-from receiver.errors import BadRecordError, BlockGeneratorStoppedError, ReceiverError
-from receiver.items import STR_TAG, encode_item
-from receiver.receiver import Receiver
-from receiver.text_run import TextRun
 from walstream.errors import ConfigError
+from walstream.receiver.errors import BadRecordError, BlockGeneratorStoppedError, ReceiverError
+from walstream.receiver.items import STR_TAG, encode_item
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.text_run import TextRun
 
 log = logging.getLogger(__name__)
 

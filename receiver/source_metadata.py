@@ -4,7 +4,7 @@ A block carries the source ranges of its records, and the driver's WAL is the
 authority on how far a stream got: a relaunched receiver resumes there. So a
 position the supervisor cannot read must not be ignored (the data would be
 stored, the position lost, and exactly-once resumption broken with no error):
-:func:`check_source_metadata` raises :class:`~receiver.errors.SourceMetadataError`
+:func:`check_source_metadata` raises :class:`~walstream.receiver.errors.SourceMetadataError`
 naming the shapes it accepts.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from receiver.block import SourceRange
-from receiver.errors import SourceMetadataError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.errors import SourceMetadataError
 
 EXPECTED_SHAPES = (
     "None, a SourceRange(topic, partition, from_offset, until_offset), a "

@@ -12,7 +12,7 @@ source ranges (socket and custom receivers) go in as before.
 
 from __future__ import annotations
 
-from receiver.receiver import Receiver
+from walstream.receiver.receiver import Receiver
 
 
 def declared_source_topics(receiver: Receiver) -> frozenset[str]:

@@ -1,8 +1,8 @@
 """ReceiverState: a receiver's lifecycle, one enum for the driver and the executor.
 
 The driver records each input stream's receiver in its endpoint and launcher
-(``driver.receiver_endpoint``, ``driver.receiver_tracker``); the executor's
-:class:`~receiver.supervisor.ReceiverSupervisor` records its own receiver. Both
+(``walstream.driver.receiver_endpoint``, ``walstream.driver.receiver_tracker``); the executor's
+:class:`~walstream.receiver.supervisor.ReceiverSupervisor` records its own receiver. Both
 use these states, and the shared ones change on the same messages:
 
 * ``INACTIVE``: no receiver runs (the driver: no job, or its job ended; the

@@ -11,7 +11,7 @@ docs/ARCHITECTURE.md, invariants 1 and 2):
    ranges)`` to the driver and wait for its answer, which it gives only after
    logging the block in its own WAL. No answer or a refusal raises
    :class:`BlockReportError`; the receiver stops. The report carries the
-   receiver's figures since its last report (:class:`~receiver.block_info.BlockFigures`:
+   receiver's figures since its last report (:class:`~walstream.receiver.block_info.BlockFigures`:
    the block's WAL write time and bytes, the source ends the receiver learnt), for
    the driver's metrics, when the reporter's ``add_block`` takes ``figures``.
 3. Only then call ``receiver.on_block_reported``, where a receiver acknowledges
@@ -44,16 +44,18 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from receiver.block import Block, SourceRange
-from receiver.block_generator import (
+from walstream.errors import ConfigError
+from walstream.killpoints import kill_point
+from walstream.receiver.block import Block, SourceRange
+from walstream.receiver.block_generator import (
     BlockGenerator,
     BlockGeneratorConfig,
     encoded_bytes,
     new_block_id,
     split_by_bytes,
 )
-from receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
-from receiver.errors import (
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
+from walstream.receiver.errors import (
     BadRecordError,
     BlockGeneratorStoppedError,
     BlockReportError,
@@ -62,18 +64,16 @@ from receiver.errors import (
     EndpointSecurityError,
     ReceiverRefusedError,
 )
-from receiver.items import encode_item
-from receiver.receiver import Receiver
-from receiver.registration import Registration
-from receiver.source_metadata import SourceTracker, check_source_metadata
-from receiver.states import ReceiverState
-from receiver.text_run import TextRun
-from wal.base import WriteAheadLog
-from wal.errors import WalError, WalWriteTimeoutError
-from wal.handle import RecordHandle
-from walstream.errors import ConfigError
-from walstream.killpoints import kill_point
+from walstream.receiver.items import encode_item
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.registration import Registration
+from walstream.receiver.source_metadata import SourceTracker, check_source_metadata
+from walstream.receiver.states import ReceiverState
+from walstream.receiver.text_run import TextRun
 from walstream.rpc.messages import MAX_SOURCE_ENDS
+from walstream.wal.base import WriteAheadLog
+from walstream.wal.errors import WalError, WalWriteTimeoutError
+from walstream.wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class BlockReporter(Protocol):
 
     A reporter whose ``add_block`` also takes a ``figures`` keyword
     (``add_block(info, figures=None)``: the driver's endpoints and its gRPC client
-    do) gets the receiver's :class:`~receiver.block_info.BlockFigures` with each
+    do) gets the receiver's :class:`~walstream.receiver.block_info.BlockFigures` with each
     block; one without it gets the block alone."""
 
     def register_receiver(
@@ -303,7 +303,7 @@ class ReceiverSupervisor:
         """``item`` in its stored encoding, for :meth:`push_many_encoded`; None when it
         cannot be stored (not encodable, or over ``max_record_bytes``): then it was
         reported as a bad record, and under the ``fail`` policy this stops the
-        receiver and raises :class:`~receiver.errors.BadRecordError`."""
+        receiver and raises :class:`~walstream.receiver.errors.BadRecordError`."""
         return self._encode(item)
 
     def report_bad_record(self, exc: BadRecordError) -> None:
@@ -322,8 +322,8 @@ class ReceiverSupervisor:
 
     def push_single(self, item: Any, metadata: Any = None) -> None:
         """Store one item through the block generator. ``metadata``: its source
-        position, in a shape :func:`~receiver.source_metadata.check_source_metadata`
-        accepts (else :class:`~receiver.errors.SourceMetadataError`, nothing stored)."""
+        position, in a shape :func:`~walstream.receiver.source_metadata.check_source_metadata`
+        accepts (else :class:`~walstream.receiver.errors.SourceMetadataError`, nothing stored)."""
         check_source_metadata(metadata)
         data = self._encode(item)
         if data is None:
@@ -360,7 +360,7 @@ class ReceiverSupervisor:
         acknowledged only when every item of the batch is stored and reported.
         Items over ``max_block_bytes`` in all go into several blocks, in order, when
         there is no ``metadata``; with it they are refused with
-        :class:`~receiver.errors.BlockTooLargeError` before anything is stored
+        :class:`~walstream.receiver.errors.BlockTooLargeError` before anything is stored
         (a single item over the cap goes into a block alone).
         """
         check_source_metadata(metadata)
@@ -370,9 +370,9 @@ class ReceiverSupervisor:
 
     def push_many_encoded(self, records: Sequence[bytes], metadata: Any = None) -> None:
         """:meth:`push_many` for items already in their stored encoding
-        (:mod:`receiver.items`), as the Kafka and socket receivers build them (the
+        (:mod:`walstream.receiver.items`), as the Kafka and socket receivers build them (the
         Kafka receiver cuts its batches by bytes itself, with each part's own
-        ranges), a :class:`~receiver.text_run.TextRun` included; only the size
+        ranges), a :class:`~walstream.receiver.text_run.TextRun` included; only the size
         limit is checked."""
         check_source_metadata(metadata)
         limit = self.config.max_record_bytes
@@ -388,7 +388,7 @@ class ReceiverSupervisor:
         stored as several blocks, in order, each reported before the next is
         stored (if one fails, those before it stay stored and reported, and the
         error is raised) when there is no ``metadata``; with it they are refused
-        with :class:`~receiver.errors.BlockTooLargeError` before anything is
+        with :class:`~walstream.receiver.errors.BlockTooLargeError` before anything is
         stored (a single item over the cap is a block alone)."""
         check_source_metadata(metadata)
         failed = self.error or self.generator.failed

@@ -17,16 +17,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from receiver.block_generator import BlockGeneratorConfig
-from receiver.errors import EndpointSecurityError
-from receiver.receiver import Receiver
-from receiver.supervisor import SupervisorConfig
+from walstream.receiver.block_generator import BlockGeneratorConfig
+from walstream.receiver.errors import EndpointSecurityError
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.supervisor import SupervisorConfig
 from walstream.rpc.auth import EndpointCredentials, local_credentials
 
 if TYPE_CHECKING:
-    from receiver.clean_guard import CleanGuard
-    from receiver.driver_client import DriverClient
-    from wal.kafka_log import KafkaWriteAheadLog
+    from walstream.receiver.clean_guard import CleanGuard
+    from walstream.receiver.driver_client import DriverClient
+    from walstream.wal.kafka_log import KafkaWriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +70,11 @@ def executor_id() -> str:
 
 def receiver_wal(spec: ReceiverTaskSpec,
                  client: DriverClient) -> tuple[KafkaWriteAheadLog, CleanGuard]:
-    """The receiver's Kafka WAL and its :class:`~receiver.clean_guard.CleanGuard`: each
+    """The receiver's Kafka WAL and its :class:`~walstream.receiver.clean_guard.CleanGuard`: each
     delete of the WAL's data first asks ``client``'s driver, so it happens only while
     that driver is certain to lead."""
-    from receiver.clean_guard import CleanGuard
-    from wal.kafka_log import KafkaWriteAheadLog
+    from walstream.receiver.clean_guard import CleanGuard
+    from walstream.wal.kafka_log import KafkaWriteAheadLog
 
     guard = CleanGuard(client, spec.stream_id)
     wal = KafkaWriteAheadLog(spec.bootstrap_servers, spec.wal_name, delete_guard=guard,
@@ -85,8 +85,8 @@ def receiver_wal(spec: ReceiverTaskSpec,
 def run_receiver_task(spec: ReceiverTaskSpec, _: Iterator[Any]) -> Iterator[str]:
     from pyspark import TaskContext
 
-    from receiver.driver_client import DriverClient
-    from receiver.supervisor import ReceiverSupervisor
+    from walstream.receiver.driver_client import DriverClient
+    from walstream.receiver.supervisor import ReceiverSupervisor
 
     ctx = TaskContext.get()
     if ctx is not None and ctx.attemptNumber() > 0:

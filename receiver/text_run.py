@@ -3,7 +3,7 @@
 Receivers of text (socket lines, Kafka records with no key) get their records as
 bytes that already are, or join in one call into, the text a v2 or v3 block
 stores: the bodies joined by newlines. A ``TextRun`` carries that text through
-the block generator to :meth:`receiver.block.Block.encode` as it is, so a record
+the block generator to :meth:`walstream.receiver.block.Block.encode` as it is, so a record
 costs the receiver no per-record tag prefix and the pushing thread no per-record
 slice and join: the block's text is the runs' chunks laid end to end.
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from receiver.items import STR_TAG, VALUE_TAG
+from walstream.receiver.items import STR_TAG, VALUE_TAG
 
 #: The tags whose items a text block holds: ``str`` items (v2), ``(None, str)`` (v3).
 TEXT_TAGS = (STR_TAG, VALUE_TAG)

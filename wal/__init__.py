@@ -3,15 +3,15 @@
 ``KafkaWriteAheadLog`` stores records in rolling single-partition segment topics
 (``acks=all``, idempotent producer); ``BatchedWriteAheadLog`` groups concurrent
 writes into one record for the driver's events; ``EpochChainLog`` keeps the driver
-WAL of a highly available driver as one log per lease epoch. See :mod:`wal.kafka_log` and
-:mod:`wal.batched_log` for the numbered durability protocols.
+WAL of a highly available driver as one log per lease epoch. See :mod:`walstream.wal.kafka_log` and
+:mod:`walstream.wal.batched_log` for the numbered durability protocols.
 """
 
-from wal.base import WriteAheadLog
-from wal.batched_log import BatchedWriteAheadLog, deserialize_batch, serialize_batch
-from wal.config import KafkaWalConfig
-from wal.epoch_chain import EpochChainLog
-from wal.errors import (
+from walstream.wal.base import WriteAheadLog
+from walstream.wal.batched_log import BatchedWriteAheadLog, deserialize_batch, serialize_batch
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.epoch_chain import EpochChainLog
+from walstream.wal.errors import (
     BrokenChainError,
     CorruptRecordError,
     EpochChainError,
@@ -27,9 +27,9 @@ from wal.errors import (
     WalWriteError,
     WalWriteTimeoutError,
 )
-from wal.handle import HANDLE_SCHEMA, RecordHandle
-from wal.kafka_log import KafkaWriteAheadLog
-from wal.reader import WalReader
+from walstream.wal.handle import HANDLE_SCHEMA, RecordHandle
+from walstream.wal.kafka_log import KafkaWriteAheadLog
+from walstream.wal.reader import WalReader
 
 __all__ = [
     "HANDLE_SCHEMA",

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from wal.errors import EpochNotSupportedError, WalError, WalReadError
-from wal.handle import RecordHandle
+from walstream.wal.errors import EpochNotSupportedError, WalError, WalReadError
+from walstream.wal.handle import RecordHandle
 
 
 @dataclass
@@ -44,7 +44,7 @@ class FollowGapError(WalReadError):
 
     Only writes racing across a segment roll leave them (two writer instances of one
     log, ``write`` calls of several threads, pipelined ``write_async``; see
-    :mod:`wal.follow`); ``read_all`` places them
+    :mod:`walstream.wal.follow`); ``read_all`` places them
     before the newer segment's records, so the caller's state must be rebuilt with
     a fresh replay to match it.
     """
@@ -54,7 +54,7 @@ class FollowOverrunError(FollowGapError):
     """The follower yielded records that ``read_all`` no longer yields.
 
     What an old leader's late writes leave when a standby read them before it saw
-    the newer epoch's link (:mod:`wal.epoch_chain`): the records lie at or beyond the
+    the newer epoch's link (:mod:`walstream.wal.epoch_chain`): the records lie at or beyond the
     ends the new leader recorded, so no replay counts them. The caller's state must
     be rebuilt with a fresh replay.
     """
@@ -79,7 +79,7 @@ class LogFollower(ABC):
 
     One thread calls :meth:`poll` and :meth:`drain_to_end`; :meth:`close` may be
     called from any thread and makes a running call return within one short
-    consumer poll. After ``close`` every call raises :class:`~wal.errors.WalClosedError`.
+    consumer poll. After ``close`` every call raises :class:`~walstream.wal.errors.WalClosedError`.
     """
 
     #: The wait of a :meth:`poll` without ``timeout_s``.
@@ -145,7 +145,7 @@ class WriteAheadLog(ABC):
        process, including after the writer died.
     4. ``clean(t)`` drops records written with a time older than ``t``; nothing
        newer is ever dropped.
-    5. After ``close`` every call raises :class:`~wal.errors.WalClosedError`.
+    5. After ``close`` every call raises :class:`~walstream.wal.errors.WalClosedError`.
     """
 
     @abstractmethod
@@ -192,8 +192,8 @@ class WriteAheadLog(ABC):
         """Start writing lease epoch ``epoch``'s log after the log ``follower`` read.
 
         An optional capability of a log kept as one log per epoch
-        (:class:`~wal.epoch_chain.EpochChainLog`); this default raises
-        :class:`~wal.errors.EpochNotSupportedError`.
+        (:class:`~walstream.wal.epoch_chain.EpochChainLog`); this default raises
+        :class:`~walstream.wal.errors.EpochNotSupportedError`.
         """
         raise EpochNotSupportedError(f"{type(self).__name__} has no lease epochs")
 
@@ -201,7 +201,7 @@ class WriteAheadLog(ABC):
         """Write lease epoch ``epoch``'s log again, without a new link: how a driver
         without high availability continues a log an earlier leader left at
         ``epoch`` (the newest linked epoch). Optional, as :meth:`begin_epoch`; this
-        default raises :class:`~wal.errors.EpochNotSupportedError`."""
+        default raises :class:`~walstream.wal.errors.EpochNotSupportedError`."""
         raise EpochNotSupportedError(f"{type(self).__name__} has no lease epochs")
 
     def newest_epoch(self) -> int:

@@ -27,8 +27,16 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from wal.base import FollowPosition, FollowPositionError, LogFollower, ReplayProgress, WriteAheadLog
-from wal.errors import (
+from walstream.avro_codec import VersionedCodec
+from walstream.errors import CorruptDataError, UnknownSchemaVersionError
+from walstream.wal.base import (
+    FollowPosition,
+    FollowPositionError,
+    LogFollower,
+    ReplayProgress,
+    WriteAheadLog,
+)
+from walstream.wal.errors import (
     CorruptRecordError,
     UnknownRecordVersionError,
     WalBackpressureError,
@@ -37,9 +45,7 @@ from wal.errors import (
     WalWriteError,
     WalWriteTimeoutError,
 )
-from wal.handle import RecordHandle
-from walstream.avro_codec import VersionedCodec
-from walstream.errors import CorruptDataError, UnknownSchemaVersionError
+from walstream.wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +229,7 @@ class BatchedWriteAheadLog(WriteAheadLog):
             return []
 
     def begin_epoch(self, epoch: int, follower: LogFollower) -> None:
-        """The wrapped log's ``begin_epoch`` (:class:`~wal.epoch_chain.EpochChainLog`),
+        """The wrapped log's ``begin_epoch`` (:class:`~walstream.wal.epoch_chain.EpochChainLog`),
         given ``follower`` as it is: this log's follower passes the wrapped follower's
         positions through. Call it before any write through this object in the new
         epoch: a group already queued may go to either epoch's log."""
@@ -332,7 +338,7 @@ class UnpackingFollower(LogFollower):
         """The wrapped follower's positions, which count whole groups: meaningful only
         when every record of the groups it returned was taken, as after a
         :meth:`drain_to_end` iterated to its end; raises
-        :class:`~wal.base.FollowPositionError` while records of a group are still held."""
+        :class:`~walstream.wal.base.FollowPositionError` while records of a group are still held."""
         if self._rest:
             raise FollowPositionError(
                 f"{len(self._rest)} records of a group not taken yet: positions would "

@@ -18,14 +18,14 @@ class KafkaWalConfig:
     * ``rolling_interval_ms``: time span of one segment topic. ``clean`` reclaims
       space by deleting whole segments, so this is the granularity of reclaim.
     * ``write_timeout_s``: the longest ``write`` waits for ``acks=all`` before it
-      raises :class:`~wal.errors.WalWriteTimeoutError` (librdkafka's
+      raises :class:`~walstream.wal.errors.WalWriteTimeoutError` (librdkafka's
       ``delivery.timeout.ms``).
     * ``read_timeout_s``: the longest ``read``/``read_all`` wait for the broker.
     * ``chunk_bytes``: records larger than this are split into consecutive Kafka
       records of at most this size and reassembled on read (below Kafka's
       default 1 MB ``message.max.bytes`` so any broker accepts them).
     * ``max_record_bytes``: larger records are refused with
-      :class:`~wal.errors.RecordTooLargeError` naming the limit.
+      :class:`~walstream.wal.errors.RecordTooLargeError` naming the limit.
     * ``replication_factor``: for the segment topics; -1 takes the broker default.
     * ``topic_prefix``: segment topics are ``<prefix><name>--<start_ms>``.
     * ``client_config``: librdkafka settings of every client of the log (producer,

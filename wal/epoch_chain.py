@@ -4,7 +4,7 @@ Why one log per epoch (docs/decisions/ha-lease-and-fencing.md): an old leader
 can still append to an *older* segment of its log after the new leader drew its
 cut, and a cut inside one log would then sort after that record. So each epoch
 writes its own :class:`~wal.KafkaWriteAheadLog`, and the cut is the new epoch's
-link (layout in :mod:`wal.epoch_links`): the epoch whose log it continues and the
+link (layout in :mod:`walstream.wal.epoch_links`): the epoch whose log it continues and the
 end offsets of that log's segments as the new leader read them.
 
 The read rule. The chain is found from the newest epoch with a valid link, back
@@ -34,20 +34,20 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from wal import segments
-from wal.base import LogFollower, ReplayProgress, WriteAheadLog
-from wal.config import KafkaWalConfig
-from wal.epoch_follow import ChainFollower
-from wal.epoch_links import ChainView, Link, Member, log_name, validate_chain_name
-from wal.errors import (
+from walstream.wal import segments
+from walstream.wal.base import LogFollower, ReplayProgress, WriteAheadLog
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.epoch_follow import ChainFollower
+from walstream.wal.epoch_links import ChainView, Link, Member, log_name, validate_chain_name
+from walstream.wal.errors import (
     CorruptRecordError,
     RecordNotFoundError,
     StaleFollowerError,
     WalClosedError,
 )
-from wal.handle import RecordHandle
-from wal.kafka_log import KafkaWriteAheadLog
-from wal.reader import CorruptHandler
+from walstream.wal.handle import RecordHandle
+from walstream.wal.kafka_log import KafkaWriteAheadLog
+from walstream.wal.reader import CorruptHandler
 
 log = logging.getLogger(__name__)
 
@@ -126,16 +126,16 @@ class EpochChainLog(WriteAheadLog):
         """Begin epoch ``epoch``: write its link, then write only its log.
 
         Precondition: ``follower`` is this chain's follower (possibly behind wrappers
-        that pass :meth:`~wal.base.LogFollower.positions` through), it was just read to
+        that pass :meth:`~walstream.wal.base.LogFollower.positions` through), it was just read to
         its end with ``drain_to_end``, and the caller applied every record it returned.
         Its current log must be the chain's newest linked log, and ``epoch`` newer than
-        that log's epoch (else :class:`~wal.errors.StaleFollowerError`).
+        that log's epoch (else :class:`~walstream.wal.errors.StaleFollowerError`).
 
         The link (``prev_epoch``: the follower's epoch; ``ends``: its positions) is
         stored as the first record of ``epoch``'s link topic and acknowledged by every
         in-sync replica before this object writes ``epoch``'s log, so no record of
         that log can precede its link. A log of ``epoch`` that already holds records
-        raises :class:`~wal.errors.EpochTakenError`; nothing is written then.
+        raises :class:`~walstream.wal.errors.EpochTakenError`; nothing is written then.
         """
         self._check_open()
         position = follower.positions()
@@ -160,7 +160,7 @@ class EpochChainLog(WriteAheadLog):
 
     def resume_epoch(self, epoch: int) -> None:
         """Write ``epoch``'s log from now on, with no new link: ``epoch`` must be the
-        chain's newest linked epoch (else :class:`~wal.errors.StaleFollowerError`).
+        chain's newest linked epoch (else :class:`~walstream.wal.errors.StaleFollowerError`).
 
         For a driver without high availability on a log an earlier leader left:
         its records then land after that leader's in the log every reader takes
@@ -265,11 +265,11 @@ class EpochChainLog(WriteAheadLog):
 
     def replay_progress(self) -> ReplayProgress | None:
         """The latest :meth:`read_all`'s progress over all the chain's logs, in Kafka
-        records (see :class:`~wal.base.ReplayProgress`); None before any read."""
+        records (see :class:`~walstream.wal.base.ReplayProgress`); None before any read."""
         return self._replay
 
     def follow(self, poll_timeout_s: float = 1.0) -> ChainFollower:
-        """A :class:`~wal.epoch_follow.ChainFollower`: ``read_all``'s records, then the
+        """A :class:`~walstream.wal.epoch_follow.ChainFollower`: ``read_all``'s records, then the
         newest log's later ones, then each newer epoch's log as its link appears.
         Closing this log closes its followers."""
         self._check_open()

@@ -1,8 +1,8 @@
-"""Following an epoch chain (:mod:`wal.epoch_chain`): its replay, then its newest
+"""Following an epoch chain (:mod:`walstream.wal.epoch_chain`): its replay, then its newest
 log, then each newer epoch's log as its link appears.
 
 :class:`ChainFollower` reads the chain's logs one after another with a
-:class:`~wal.follow.KafkaLogFollower` each: an older log bounded by the ends its
+:class:`~walstream.wal.follow.KafkaLogFollower` each: an older log bounded by the ends its
 successor's link recorded (so it yields what ``read_all`` yields of it), the newest
 log unbounded. While it follows the newest log it lists the topics at most every
 ``metadata_interval_s``, when it waits for records; once a newer epoch's valid link
@@ -11,8 +11,8 @@ reads it up to them, and goes on in the newer log. Its sequence is therefore the
 one a ``read_all`` taken later yields, with one exception it reports rather than
 hides: records an old leader appended after the new leader read its log, which
 this follower may have yielded before the link existed. No reader counts them, so
-the bound raises :class:`~wal.base.FollowOverrunError` (a
-:class:`~wal.base.FollowGapError`) and the caller replays.
+the bound raises :class:`~walstream.wal.base.FollowOverrunError` (a
+:class:`~walstream.wal.base.FollowGapError`) and the caller replays.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from wal.base import FollowOverrunError, FollowPosition, LogFollower
-from wal.config import KafkaWalConfig
-from wal.epoch_links import ChainView, Member, log_name
-from wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
-from wal.follow import KafkaLogFollower
+from walstream.wal.base import FollowOverrunError, FollowPosition, LogFollower
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.epoch_links import ChainView, Member, log_name
+from walstream.wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
+from walstream.wal.follow import KafkaLogFollower
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ChainFollower(LogFollower):
 
     :meth:`positions` are those of the log it reads now, which after a
     :meth:`drain_to_end` is the newest linked log as of the drain's start:
-    what :meth:`~wal.epoch_chain.EpochChainLog.begin_epoch` records.
+    what :meth:`~walstream.wal.epoch_chain.EpochChainLog.begin_epoch` records.
     """
 
     def __init__(self, bootstrap_servers: str, name: str, config: KafkaWalConfig,

@@ -1,8 +1,8 @@
-"""How an epoch chain (:mod:`wal.epoch_chain`) lays out its logs and links over topics.
+"""How an epoch chain (:mod:`walstream.wal.epoch_chain`) lays out its logs and links over topics.
 
 Epoch 0's log is the KafkaWriteAheadLog named ``name`` (exactly a log without
 lease epochs); epoch ``e >= 1`` writes the log named ``name-e<e>``. A log's
-segment and marker topics are ``<prefix><log>--...`` (:mod:`wal.segments`), whose
+segment and marker topics are ``<prefix><log>--...`` (:mod:`walstream.wal.segments`), whose
 parser matches the whole name up to the ``--``, so ``name``'s topics and
 ``name-e1``'s never mix, and a chain's name may not itself end in ``-e<digits>``.
 
@@ -30,9 +30,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wal import segments
-from wal.config import KafkaWalConfig, validate_log_name
-from wal.errors import (
+from walstream.avro_codec import VersionedCodec
+from walstream.errors import ConfigError, CorruptDataError
+from walstream.kafka_logging import with_logger
+from walstream.wal import segments
+from walstream.wal.config import KafkaWalConfig, validate_log_name
+from walstream.wal.errors import (
     BrokenChainError,
     CorruptRecordError,
     EpochTakenError,
@@ -40,11 +43,8 @@ from wal.errors import (
     WalWriteError,
     WalWriteTimeoutError,
 )
-from wal.framing import encode_record
-from wal.reader import WalReader
-from walstream.avro_codec import VersionedCodec
-from walstream.errors import ConfigError, CorruptDataError
-from walstream.kafka_logging import with_logger
+from walstream.wal.framing import encode_record
+from walstream.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
 

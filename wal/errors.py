@@ -75,7 +75,8 @@ class EpochNotSupportedError(WalError):
 
 
 class EpochChainError(WalError):
-    """Root of the errors of a log kept as one log per lease epoch (:mod:`wal.epoch_chain`)."""
+    """Root of the errors of a log kept as one log per lease epoch
+    (:mod:`walstream.wal.epoch_chain`)."""
 
 
 class EpochTakenError(EpochChainError):

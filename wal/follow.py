@@ -28,10 +28,10 @@ a segment behind the follower holds records it never yielded, so a caller that n
 segment's records).
 
 Deletion: a segment cleaned under the follower (by this process, which releases the
-follower's consumer first through :func:`wal.reader.release_topics`, or found missing
+follower's consumer first through :func:`walstream.wal.reader.release_topics`, or found missing
 from the broker's topic list) is skipped with a log line, never waited on. A clean in
 another process of a segment that a consumer of this process is fetching still meets
-the librdkafka fault described at :func:`wal.reader.release_topics`, as a ``read_all``
+the librdkafka fault described at :func:`walstream.wal.reader.release_topics`, as a ``read_all``
 would: a follower that keeps up fetches only the newest segment (and, in
 ``drain_to_end``'s gap check, probes the segments it passed once), and a clean by a
 threshold behind the current batch does not delete the newest segment.
@@ -48,15 +48,15 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from wal import segments
-from wal.base import FollowPosition, FollowTimeoutError, LogFollower
-from wal.config import KafkaWalConfig
-from wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
-from wal.follow_checks import raise_on_bound_mismatch, raise_on_gaps
-from wal.framing import Reassembler, decode_frame
-from wal.reader import consumer_config, register_releasable, unregister_releasable
-from wal.segments import Segment
 from walstream.kafka_logging import with_logger
+from walstream.wal import segments
+from walstream.wal.base import FollowPosition, FollowTimeoutError, LogFollower
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
+from walstream.wal.follow_checks import raise_on_bound_mismatch, raise_on_gaps
+from walstream.wal.framing import Reassembler, decode_frame
+from walstream.wal.reader import consumer_config, register_releasable, unregister_releasable
+from walstream.wal.segments import Segment
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class KafkaLogFollower(LogFollower):
     Bounded (``ends`` given, or :meth:`bound` called): it reads only the segments
     ``ends`` lists, each up to its end offset (exclusive), never a record whose
     frames reach that end, and is :attr:`finished` after the last of them: how an
-    epoch chain reads an older epoch's log (:mod:`wal.epoch_chain`).
+    epoch chain reads an older epoch's log (:mod:`walstream.wal.epoch_chain`).
     """
 
     def __init__(self, bootstrap_servers: str, name: str, config: KafkaWalConfig,
@@ -245,7 +245,7 @@ class KafkaLogFollower(LogFollower):
 
     def release(self, topics: set[str]) -> None:
         """Stop fetching ``topics`` before they are deleted (see
-        :func:`wal.reader.release_topics`); the follower skips them from now on."""
+        :func:`walstream.wal.reader.release_topics`); the follower skips them from now on."""
         with self._lock:
             self._doomed |= topics
             if self._cur is not None and self._cur.topic in topics:

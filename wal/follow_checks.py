@@ -1,5 +1,5 @@
 """The checks by which a follower learns that its caller's state no longer matches
-the log it follows (:mod:`wal.follow`): records behind it it never yielded, or
+the log it follows (:mod:`walstream.wal.follow`): records behind it it never yielded, or
 records it yielded that a bound now leaves out. Either way the caller replays."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from wal.base import FollowGapError, FollowOverrunError, FollowTimeoutError
-from wal.config import KafkaWalConfig
-from wal.reader import WalReader
+from walstream.wal.base import FollowGapError, FollowOverrunError, FollowTimeoutError
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.reader import WalReader
 
 _PARTITION = 0
 

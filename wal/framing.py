@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wal.config import KafkaWalConfig
-from wal.errors import CorruptRecordError, TornRecordError, UnknownRecordVersionError
 from walstream.avro_codec import VersionedCodec, avro_long
 from walstream.errors import CorruptDataError, UnknownSchemaVersionError
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.errors import CorruptRecordError, TornRecordError, UnknownRecordVersionError
 
 FRAME_SCHEMA_V1: dict[str, Any] = {
     "type": "record",

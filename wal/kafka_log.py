@@ -4,7 +4,7 @@ Write protocol (each step completes before the next starts):
 
 1. Validate: open log, bytes, size <= ``max_record_bytes`` (else
    :class:`RecordTooLargeError`, nothing written).
-2. Pick the segment for ``time_ms`` (see :mod:`wal.segments`); create its topic
+2. Pick the segment for ``time_ms`` (see :mod:`walstream.wal.segments`); create its topic
    if it is new, waiting for the admin request to succeed.
 3. Under the produce lock, enqueue the record's frames back to back to partition
    0 with ``acks=all`` and an idempotent producer: their offsets are consecutive
@@ -34,10 +34,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wal import segments
-from wal.base import ReplayProgress, WriteAheadLog
-from wal.config import KafkaWalConfig, validate_log_name
-from wal.errors import (
+from walstream import killpoints
+from walstream.kafka_logging import with_logger
+from walstream.wal import segments
+from walstream.wal.base import ReplayProgress, WriteAheadLog
+from walstream.wal.config import KafkaWalConfig, validate_log_name
+from walstream.wal.errors import (
     CorruptRecordError,
     RecordNotFoundError,
     RecordTooLargeError,
@@ -47,13 +49,11 @@ from wal.errors import (
     WalWriteError,
     WalWriteTimeoutError,
 )
-from wal.follow import KafkaLogFollower
-from wal.framing import encode_record
-from wal.handle import RecordHandle
-from wal.reader import CorruptHandler, WalReader, release_topics
-from wal.segments import Segment
-from walstream import killpoints
-from walstream.kafka_logging import with_logger
+from walstream.wal.follow import KafkaLogFollower
+from walstream.wal.framing import encode_record
+from walstream.wal.handle import RecordHandle
+from walstream.wal.reader import CorruptHandler, WalReader, release_topics
+from walstream.wal.segments import Segment
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class _Ack:
 
 
 class KafkaWriteAheadLog(WriteAheadLog):
-    """A named WAL stored in Kafka segment topics (see :mod:`wal.segments`).
+    """A named WAL stored in Kafka segment topics (see :mod:`walstream.wal.segments`).
 
     Durability: :meth:`write` returns only after every frame of the record was
     acknowledged by all in-sync replicas (``acks=all``, idempotent producer).
@@ -376,7 +376,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
 
     def replay_progress(self) -> ReplayProgress | None:
         """The latest :meth:`read_all`'s progress in Kafka records (see
-        :class:`~wal.base.ReplayProgress`); its total is known once the read has
+        :class:`~walstream.wal.base.ReplayProgress`); its total is known once the read has
         started (its first record asked for), None before any read."""
         return self._replay
 
@@ -417,7 +417,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
             log.warning("WAL %s: skipping a corrupt or foreign record: %s", self.name, exc)
 
     def follow(self, poll_timeout_s: float = 1.0) -> KafkaLogFollower:
-        """A follower of this log (see :mod:`wal.follow`): ``read_all``'s records,
+        """A follower of this log (see :mod:`walstream.wal.follow`): ``read_all``'s records,
         then the later ones. Corrupt records go where ``read_all`` sends them (raised
         when ``strict``); closing this log closes its followers."""
         self._check_open()

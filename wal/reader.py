@@ -17,10 +17,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from wal.errors import CorruptRecordError, RecordNotFoundError, WalReadError
-from wal.framing import DEFAULT_MAX_RECORD_BYTES, Reassembler, decode_frame
-from wal.handle import RecordHandle
 from walstream.kafka_logging import with_logger
+from walstream.wal.errors import CorruptRecordError, RecordNotFoundError, WalReadError
+from walstream.wal.framing import DEFAULT_MAX_RECORD_BYTES, Reassembler, decode_frame
+from walstream.wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
 
@@ -406,7 +406,7 @@ class WalReader:
         record whose chunks stop early belongs to a write that never returned: at
         the end it is skipped (logged), and when a new record follows it (a
         writer died between chunks and another wrote on) it is passed to
-        ``on_corrupt`` as a :class:`~wal.errors.TornRecordError`, even when
+        ``on_corrupt`` as a :class:`~walstream.wal.errors.TornRecordError`, even when
         ``strict``, and the record that follows is read whole. A topic deleted
         meanwhile simply ends.
 

@@ -5,7 +5,7 @@ The user's entry point. Port a PySpark streaming app by changing its imports::
     from walstream import StreamingContext   # was: from pyspark.streaming import ...
     from walstream import KafkaUtils         # was: from pyspark.streaming.kafka import ...
 
-``from driver import StreamingContext, KafkaUtils`` keeps working. The names below
+``from walstream.driver import StreamingContext, KafkaUtils`` keeps working. The names below
 are loaded on first use: this package is also imported by every executor process
 (its errors and codecs), which must not pay for the driver side.
 
@@ -30,15 +30,15 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "StreamingContext": "driver.streaming_context",
-    "DStream": "driver.dstream",
-    "KafkaUtils": "driver.kafka_utils",
-    "StreamingListener": "driver.listener",
-    "KafkaSink": "driver.kafka_sink",
-    "read_exactly_once": "driver.kafka_sink",
-    "Receiver": "receiver.receiver",
+    "StreamingContext": "walstream.driver.streaming_context",
+    "DStream": "walstream.driver.dstream",
+    "KafkaUtils": "walstream.driver.kafka_utils",
+    "StreamingListener": "walstream.driver.listener",
+    "KafkaSink": "walstream.driver.kafka_sink",
+    "read_exactly_once": "walstream.driver.kafka_sink",
+    "Receiver": "walstream.receiver.receiver",
     # ``walstream.register(spark)``: the ``readStream.format("walstream")`` source.
-    "register": "structured.registry",
+    "register": "walstream.structured.registry",
 }
 
 __all__ = [
@@ -54,13 +54,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from driver.dstream import DStream
-    from driver.kafka_sink import KafkaSink, read_exactly_once
-    from driver.kafka_utils import KafkaUtils
-    from driver.listener import StreamingListener
-    from driver.streaming_context import StreamingContext
-    from receiver.receiver import Receiver
-    from structured.registry import register
+    from walstream.driver.dstream import DStream
+    from walstream.driver.kafka_sink import KafkaSink, read_exactly_once
+    from walstream.driver.kafka_utils import KafkaUtils
+    from walstream.driver.listener import StreamingListener
+    from walstream.driver.streaming_context import StreamingContext
+    from walstream.receiver.receiver import Receiver
+    from walstream.structured.registry import register
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

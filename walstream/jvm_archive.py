@@ -19,7 +19,7 @@ The protocol, followed step by step below:
    makes Java 17 die of SIGBUS rather than ignore it, so nothing but a complete,
    tried file ever carries the final name.
 3. Before PySpark launches the driver JVM (``getOrCreate``,
-   ``driver.spark.create_spark_context``, or :func:`use_archive` by hand),
+   ``walstream.driver.spark.create_spark_context``, or :func:`use_archive` by hand),
    :func:`use_archive` names the archive in ``spark.driver.defaultJavaOptions``
    of a properties file handed to spark-submit through ``PYSPARK_SUBMIT_ARGS``
    (kept in a 0700 directory of this user and reused only when it is this

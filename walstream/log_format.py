@@ -1,18 +1,18 @@
 """``spark.walstream.log.format``: the project's Python logging as text or JSON lines.
 
 ``text`` (the default) leaves logging as the application configured it. ``json``
-gives each of the project's top-level loggers (:data:`PROJECT_LOGGERS`: the
-driver, receivers, WALs, checkpoints, ``walstream`` with librdkafka's lines under
-``walstream.kafka``) one handler writing one JSON object per record to standard
+gives the project's logger (:data:`PROJECT_LOGGERS`: ``walstream``, the parent of
+every module's logger, librdkafka's lines under ``walstream.kafka`` among them) one
+handler writing one JSON object per record to standard
 error, for log shippers::
 
-    {"time": "YYYY-MM-DDThh:mm:ss.mmmZ", "level": "INFO", "logger": "driver.restart_log",
+    {"time": "YYYY-MM-DDThh:mm:ss.mmmZ", "level": "INFO", "logger": "walstream.driver.restart_log",
      "message": "...", "exc": null}
 
 ``exc`` is the formatted traceback of a record logged with one, else null. Those
 loggers then stop propagating, so a record is written once, as JSON, and not
 again by the root logger's handlers; the application's own loggers are left as
-they are. Levels stay the application's (``logging.getLogger("driver")`` and so
+they are. Levels stay the application's (``logging.getLogger("walstream.driver")`` and so
 on). Applying is idempotent, and applying ``text`` afterwards undoes ``json``.
 :func:`apply_log_format` is called by ``StreamingContext.start`` with the
 context's Spark conf.
@@ -32,7 +32,7 @@ from walstream.errors import ConfigError
 CONF_KEY = "spark.walstream.log.format"
 FORMATS = ("text", "json")
 #: The loggers every module of the project logs under (``logging.getLogger(__name__)``).
-PROJECT_LOGGERS = ("driver", "receiver", "wal", "checkpoint", "walstream")
+PROJECT_LOGGERS = ("walstream",)
 
 
 class JsonFormatter(logging.Formatter):

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: which Spark's own Python data source reader (``format("walstream")``'s block
 #: reads run in it) imports on the executors.
 EXECUTOR_DISTRIBUTIONS = ("confluent-kafka", "fastavro", "grpcio", "fsspec", "pyarrow")
-PACKAGES = ("wal", "receiver", "driver", "checkpoint", "structured", "walstream")
+PACKAGES = ("walstream",)  # its linked folders are copied as the folders they link to
 #: Bounds the pip install (wheels usually come from pip's cache).
 PIP_TIMEOUT_S = 900
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from driver import StreamingContext
-from driver.spark import create_spark_context
-from driver.streaming_context import CONF_BOOTSTRAP
 from tests.api.helpers import BATCH
+from walstream.driver import StreamingContext
+from walstream.driver.spark import create_spark_context
+from walstream.driver.streaming_context import CONF_BOOTSTRAP
 from walstream.testing.fixtures import KafkaBroker
 
 

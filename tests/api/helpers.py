@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from driver import DStream, StreamingContext, StreamingListener
+from walstream.driver import DStream, StreamingContext, StreamingListener
 from walstream.testing import wait_until
 
 # Every wait of these tests (walstream.testing.wait_until) is bounded by this (seconds)

@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from driver.kafka_sink import (
+from walstream.driver.kafka_sink import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from driver import DStream, StreamingContext
 from tests.api.helpers import TIMEOUT, collect, run_func
+from walstream.driver import DStream, StreamingContext
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from driver.block_rdd import block_rdd, union_rdds
-from receiver.block import Block
-from receiver.block_info import ReceivedBlockInfo
-from receiver.items import encode_item
-from wal import KafkaWriteAheadLog
+from walstream.driver.block_rdd import block_rdd, union_rdds
+from walstream.receiver.block import Block
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.items import encode_item
+from walstream.wal import KafkaWriteAheadLog
 
 pytestmark = pytest.mark.spark
 

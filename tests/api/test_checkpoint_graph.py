@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from checkpoint.errors import GraphNotCheckpointableError
-from driver import StreamingContext
+from walstream.checkpoint.errors import GraphNotCheckpointableError
+from walstream.driver import StreamingContext
 
 pytestmark = pytest.mark.spark
 

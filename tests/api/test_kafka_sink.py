@@ -9,8 +9,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from driver import KafkaSink, read_exactly_once
-from driver.kafka_sink import (
+from tests.api.sink_helpers import raw_records
+from walstream.driver import KafkaSink, read_exactly_once
+from walstream.driver.kafka_sink import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,
@@ -20,7 +21,6 @@ from driver.kafka_sink import (
     H_WRITER,
     set_sink_epoch,
 )
-from tests.api.sink_helpers import raw_records
 
 T1 = datetime.datetime(2026, 11, 22, 5, 0, 1)
 T2 = datetime.datetime(2026, 11, 22, 5, 0, 2)

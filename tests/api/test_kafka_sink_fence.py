@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Consumer
 
-from driver.errors import DriverError
-from driver.kafka_sink import (
+from tests.api.sink_helpers import B1, B2, W, Writer, raw_records, read
+from walstream.driver.errors import DriverError
+from walstream.driver.kafka_sink import (
     H_COMMIT,
     H_EPOCH,
     H_FENCE,
@@ -26,7 +27,6 @@ from driver.kafka_sink import (
     set_sink_epoch,
     sink_epoch,
 )
-from tests.api.sink_helpers import B1, B2, W, Writer, raw_records, read
 from walstream.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from driver.warm_up import CONF_WARM_UP, keep_warm
+from walstream.driver.warm_up import CONF_WARM_UP, keep_warm
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +49,7 @@ class _Sc:
 def test_task_slots_count_a_local_masters_threads_else_the_default_parallelism() -> None:
     import os
 
-    from driver.warm_up import task_slots
+    from walstream.driver.warm_up import task_slots
 
     assert task_slots(_Sc("local[12]", 3)) == 12  # receivers share these slots
     assert task_slots(_Sc("local[4,2]")) == 4

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from driver import StreamingContext
-from driver.ha_errors import LeaseIOError, LeaseLostError
+from walstream.driver import StreamingContext
+from walstream.driver.ha_errors import LeaseIOError, LeaseLostError
 from walstream.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from driver import StreamingContext
 from tests.api.helpers import BATCH, TIMEOUT, BatchInfoCollector, add_input_stream, collect
+from walstream.driver import StreamingContext
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark

@@ -11,7 +11,7 @@ import pytest
 from pyspark.streaming import DStream as PyDStream
 from pyspark.streaming import StreamingContext as PyStreamingContext
 
-from driver import DStream, KafkaUtils, StreamingContext, StreamingListener
+from walstream.driver import DStream, KafkaUtils, StreamingContext, StreamingListener
 
 
 def public_names(cls: type) -> list[str]:

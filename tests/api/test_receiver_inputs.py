@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from driver import KafkaUtils, StreamingContext
 from tests.api.helpers import TIMEOUT, BatchInfoCollector, LineServer
+from walstream.driver import KafkaUtils, StreamingContext
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from driver import StreamingContext
 from tests.api.helpers import BATCH, TIMEOUT, add_input_stream, collect, take
+from walstream.driver import StreamingContext
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
@@ -53,7 +53,7 @@ def test_a_started_context_runs_the_driver_gc_and_stop_ends_it(
 
 
 def test_the_driver_gc_request_reaches_the_real_jvm(sc: Any) -> None:
-    from driver.driver_gc import PeriodicDriverGC
+    from walstream.driver.driver_gc import PeriodicDriverGC
 
     gc = PeriodicDriverGC(sc, interval_s=0.05)
     gc._thread.start()

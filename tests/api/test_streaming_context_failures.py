@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from driver import KafkaUtils, StreamingContext
-from driver.direct_stream import DirectKafkaInputDStream
-from driver.errors import JobFailedError
 from tests.api.helpers import TIMEOUT
+from walstream.driver import KafkaUtils, StreamingContext
+from walstream.driver.direct_stream import DirectKafkaInputDStream
+from walstream.driver.errors import JobFailedError
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.spark
@@ -51,8 +51,8 @@ def test_direct_stream_probe_failing_stops_context_and_await_termination_raises_
 
 def _driver_wal_events(bootstrap: str, app_id: str) -> list[Any]:
     """Every tracker event the driver WAL holds, in order."""
-    from driver.driver_wal import open_driver_wal
-    from driver.events import decode_event
+    from walstream.driver.driver_wal import open_driver_wal
+    from walstream.driver.events import decode_event
 
     log = open_driver_wal(bootstrap, app_id)
     try:
@@ -66,9 +66,9 @@ def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
     """A batch whose output raises: awaitTermination raises that error; later batches
     run and are cleaned up, but the failed one stays pending (in every checkpoint),
     is never cleaned up, and its blocks stay allocated to it in the driver WAL."""
-    from checkpoint.files import read_latest
-    from driver.events import BatchAllocation, BatchCleanup
-    from receiver.rate_receiver import RateGeneratorReceiver
+    from walstream.checkpoint.files import read_latest
+    from walstream.driver.events import BatchAllocation, BatchCleanup
+    from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
     cpd = str(tmp_path / "cp")
     ssc.checkpoint(cpd)
@@ -125,8 +125,8 @@ def test_graceful_stop_of_checkpointed_context_logs_last_cleanup_without_errors(
     stop logs no error and prints no traceback."""
     import logging
 
-    from driver.events import BatchCleanup
-    from receiver.rate_receiver import RateGeneratorReceiver
+    from walstream.driver.events import BatchCleanup
+    from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
     ssc.checkpoint(str(tmp_path / "cp"))
     ssc.receiverStream(RateGeneratorReceiver(rate=200)).foreachRDD(lambda rdd: rdd.count())
@@ -147,6 +147,6 @@ def test_graceful_stop_of_checkpointed_context_logs_last_cleanup_without_errors(
     # The last batch's cleanup drops every batch before its threshold (last - batch).
     assert cleanups and max(cleanups[-1].batch_times_ms, default=-1) == last - 2 * batch_ms
     # The cleanup was announced first: the clean mark names the last completed batch.
-    from checkpoint.files import read_clean_mark
+    from walstream.checkpoint.files import read_clean_mark
 
     assert read_clean_mark(str(tmp_path / "cp")) == last

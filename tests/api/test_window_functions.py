@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from driver import DStream, StreamingContext
 from tests.api.helpers import collect, run_func, sort_by_key
+from walstream.driver import DStream, StreamingContext
 
 pytestmark = pytest.mark.spark
 

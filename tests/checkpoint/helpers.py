@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoint.data import CheckpointData, StateRdd
+from walstream.checkpoint.data import CheckpointData, StateRdd
 
 
 def make_data(t: int = 3000, **overrides: Any) -> CheckpointData:

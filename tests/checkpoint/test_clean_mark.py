@@ -9,10 +9,19 @@ from typing import Any
 
 import pytest
 
-from checkpoint import files
-from checkpoint.errors import CheckpointError, CheckpointFallbackError, CorruptCheckpointError
-from checkpoint.files import read_clean_mark, read_latest, write_checkpoint, write_clean_mark
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint import files
+from walstream.checkpoint.errors import (
+    CheckpointError,
+    CheckpointFallbackError,
+    CorruptCheckpointError,
+)
+from walstream.checkpoint.files import (
+    read_clean_mark,
+    read_latest,
+    write_checkpoint,
+    write_clean_mark,
+)
 
 
 def _damage(path: Any) -> None:

@@ -6,10 +6,14 @@ import zlib
 
 import pytest
 
-from checkpoint.data import CODEC, SCHEMA_V1, CheckpointData
-from checkpoint.errors import CheckpointError, CheckpointWriteError, CorruptCheckpointError
 from tests.checkpoint.helpers import make_data
 from walstream.avro_codec import VersionedCodec
+from walstream.checkpoint.data import CODEC, SCHEMA_V1, CheckpointData
+from walstream.checkpoint.errors import (
+    CheckpointError,
+    CheckpointWriteError,
+    CorruptCheckpointError,
+)
 
 
 def test_round_trip_keeps_every_field() -> None:

@@ -6,8 +6,6 @@ import zlib
 
 import pytest
 
-from checkpoint.data import CODEC, CheckpointData
-from checkpoint.errors import CorruptCheckpointError
 from tests.checkpoint.helpers import make_data
 from tests.walstream.fuzz_checks import (
     FlippedBytes,
@@ -16,6 +14,8 @@ from tests.walstream.fuzz_checks import (
     huge_lengths,
 )
 from walstream.avro_codec import avro_long
+from walstream.checkpoint.data import CODEC, CheckpointData
+from walstream.checkpoint.errors import CorruptCheckpointError
 
 VALID = make_data(5000).encode()
 PREFIX = CODEC.magic + bytes((CODEC.latest,))
@@ -51,7 +51,7 @@ def test_huge_declared_lengths_raise_without_allocating() -> None:
 
 
 def test_a_file_above_max_bytes_is_refused_before_decoding() -> None:
-    from checkpoint.data import MAX_CHECKPOINT_BYTES
+    from walstream.checkpoint.data import MAX_CHECKPOINT_BYTES
 
     assert CODEC.max_bytes == MAX_CHECKPOINT_BYTES
     with pytest.raises(CorruptCheckpointError, match=f"max {len(VALID) - 1}"):

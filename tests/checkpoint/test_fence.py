@@ -20,16 +20,17 @@ from typing import Any
 import fsspec
 import pytest
 
-from checkpoint import files
-from checkpoint.data import CODEC, CheckpointData
-from checkpoint.errors import (
+from tests.checkpoint.helpers import make_data
+from walstream.checkpoint import files
+from walstream.checkpoint.data import CODEC, CheckpointData
+from walstream.checkpoint.errors import (
     CheckpointError,
     CheckpointFencedError,
     CheckpointWriteError,
     CorruptFenceError,
 )
-from checkpoint.fence import Fence, identity
-from checkpoint.files import (
+from walstream.checkpoint.fence import Fence, identity
+from walstream.checkpoint.files import (
     CheckpointWriter,
     checkpoint_entries,
     checkpoint_files,
@@ -40,7 +41,6 @@ from checkpoint.files import (
     write_checkpoint,
     write_fence,
 )
-from tests.checkpoint.helpers import make_data
 
 
 def _ck(t: int, epoch: int = 0, **kw: Any) -> CheckpointData:
@@ -81,7 +81,7 @@ def test_a_file_whose_epoch_disagrees_with_its_name_is_skipped(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     write_checkpoint(tmp_path, _ck(1000, 1))
     (tmp_path / checkpoint_name(2000, 1)).write_bytes(_ck(2000, 0).encode())
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert _latest(tmp_path) == (1000, 1)
     assert any("epoch 0, not its name's" in r.getMessage() for r in caplog.records)
 
@@ -182,7 +182,7 @@ def test_a_zombie_written_after_the_fence_is_ignored_and_the_earlier_one_used(
     # The old leader was paused past its check and publishes afterwards.
     zombie = tmp_path / checkpoint_name(3000, 1)
     zombie.write_bytes(_ck(3000, 1).encode())
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert _latest(tmp_path) == (2000, 1)
         assert _latest(tmp_path) == (2000, 1)  # a second read: no second warning
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -202,7 +202,7 @@ def test_a_listed_name_rewritten_after_the_fence_is_ignored(
     write_fence(tmp_path, 2)
     (tmp_path / checkpoint_name(2000, 1)).write_bytes(
         _ck(2000, 1, pending_times_ms=()).encode())
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert _latest(tmp_path) == (1000, 1)
     assert any("rewritten after the fence" in r.getMessage() for r in caplog.records)
 

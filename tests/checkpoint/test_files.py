@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint import files
-from checkpoint.data import CheckpointData
-from checkpoint.files import checkpoint_files, read_latest, write_checkpoint
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint import files
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.files import checkpoint_files, read_latest, write_checkpoint
 
 
 def _name(t: int) -> str:
@@ -182,7 +182,7 @@ def test_corrupt_newest_falls_back_with_warning(tmp_path: Path, damage: str,
         newest.write_bytes(b"")
     else:
         newest.write_bytes(b"not a checkpoint\n" * 10)
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert read_latest(tmp_path) == make_data(2000)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -192,7 +192,7 @@ def test_corrupt_newest_falls_back_with_warning(tmp_path: Path, damage: str,
 def test_all_corrupt_is_none(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     for t in (1000, 2000):
         write_checkpoint(tmp_path, make_data(t)).write_bytes(b"x" * 40)
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert read_latest(tmp_path) is None
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
 
@@ -201,7 +201,7 @@ def test_unreadable_newest_falls_back(tmp_path: Path, caplog: pytest.LogCaptureF
     """An entry that cannot be read at all (here a directory by that name) is skipped."""
     write_checkpoint(tmp_path, make_data(1000))
     (tmp_path / _name(5000)).mkdir()
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert read_latest(tmp_path) == make_data(1000)
     assert _name(5000) in caplog.text
 
@@ -227,7 +227,7 @@ def test_time_disagreeing_with_name_is_skipped(tmp_path: Path,
     write_checkpoint(tmp_path, make_data(1000))
     moved = write_checkpoint(tmp_path, make_data(2000))
     moved.rename(tmp_path / _name(6000))  # holds time 2000 under the name of 6000
-    with caplog.at_level(logging.WARNING, logger="checkpoint.files"):
+    with caplog.at_level(logging.WARNING, logger="walstream.checkpoint.files"):
         assert read_latest(tmp_path) == make_data(1000)
     assert _name(6000) in caplog.text
 

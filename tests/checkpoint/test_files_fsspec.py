@@ -8,9 +8,14 @@ from collections.abc import Iterator
 import fsspec
 import pytest
 
-from checkpoint.errors import CheckpointWriteError
-from checkpoint.files import CheckpointWriter, checkpoint_files, read_latest, write_checkpoint
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint.errors import CheckpointWriteError
+from walstream.checkpoint.files import (
+    CheckpointWriter,
+    checkpoint_files,
+    read_latest,
+    write_checkpoint,
+)
 from walstream.testing import wait_until
 
 

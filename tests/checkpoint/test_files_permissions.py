@@ -13,10 +13,15 @@ from typing import Any
 
 import pytest
 
-from checkpoint.errors import CheckpointError, UnsafeCheckpointDirError
-from checkpoint.files import CheckpointWriter, prepare_directory, read_latest, write_checkpoint
-from driver.streaming_context import StreamingContext
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint.errors import CheckpointError, UnsafeCheckpointDirError
+from walstream.checkpoint.files import (
+    CheckpointWriter,
+    prepare_directory,
+    read_latest,
+    write_checkpoint,
+)
+from walstream.driver.streaming_context import StreamingContext
 
 OTHER_UID = 65534  # nobody
 

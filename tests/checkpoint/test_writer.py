@@ -10,9 +10,9 @@ import sys
 import threading
 from pathlib import Path
 
-from checkpoint.errors import CheckpointWriteError
-from checkpoint.files import CheckpointWriter, checkpoint_files, read_latest
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint.errors import CheckpointWriteError
+from walstream.checkpoint.files import CheckpointWriter, checkpoint_files, read_latest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,7 +168,7 @@ def test_on_done_failure_does_not_stop_the_writer(tmp_path: Path) -> None:
 _CHILD = """
 import sys
 from pathlib import Path
-from checkpoint.files import write_checkpoint
+from walstream.checkpoint.files import write_checkpoint
 from tests.checkpoint.helpers import make_data
 d = Path(sys.argv[1])
 write_checkpoint(d, make_data(1000))

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from driver.receiver_tracker import ReceiverTracker
 from tests.driver.generator_harness import Harness
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker import ReceiverTracker
 from walstream.testing import MemoryWAL
 
 

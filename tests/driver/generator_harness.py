@@ -9,15 +9,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from driver.job_generator import JobGenerator
-from driver.job_scheduler import Job, JobScheduler
-from driver.listener import ListenerBus
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
 from tests.driver.helpers import INTERVAL
-from wal.handle import RecordHandle
+from walstream.driver.job_generator import JobGenerator
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.listener import ListenerBus
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import MemoryWAL
+from walstream.wal.handle import RecordHandle
 
 _ids = itertools.count()
 

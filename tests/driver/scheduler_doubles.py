@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from driver.batch_info import BatchInfo, OutputOperationInfo
-from driver.job_scheduler import Job, JobScheduler
-from driver.listener import ListenerBus, StreamingListener
 from tests.driver.helpers import WAIT_S
+from walstream.driver.batch_info import BatchInfo, OutputOperationInfo
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.listener import ListenerBus, StreamingListener
 
 
 class Collector(StreamingListener):

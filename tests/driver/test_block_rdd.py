@@ -7,17 +7,17 @@ import itertools
 
 import pytest
 
-from driver.block_rdd import (
+from walstream.driver.block_rdd import (
     CONF_MAX_PARTITIONS,
     auto_max_partitions,
     group_blocks,
     max_partitions_from_conf,
     slice_blocks,
 )
-from driver.engine_config import EngineConfig
-from receiver.block_info import ReceivedBlockInfo
-from wal.handle import RecordHandle
+from walstream.driver.engine_config import EngineConfig
 from walstream.errors import ConfigError
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal.handle import RecordHandle
 
 
 def _blocks(sizes: list[int]) -> list[ReceivedBlockInfo]:

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from checkpoint.files import write_checkpoint
-from driver.checkpoint_inspect import inspect_checkpoint
-from driver.driver_wal import open_driver_wal
-from driver.engine_config import EngineConfig
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.wal_conf import TOPIC_PREFIX_KEY
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
 from tests.checkpoint.helpers import make_data
-from wal import RecordHandle, WriteAheadLog
+from walstream.checkpoint.files import write_checkpoint
+from walstream.driver.checkpoint_inspect import inspect_checkpoint
+from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.wal_conf import TOPIC_PREFIX_KEY
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal import RecordHandle, WriteAheadLog
 
 _ids = itertools.count()
 

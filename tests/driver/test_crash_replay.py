@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.files import read_latest
-from driver.events import decode_event
-from driver.received_block_tracker import ReceivedBlockTracker
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.checkpoint.files import read_latest
+from walstream.driver.events import decode_event
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
 KILL_POINTS = [
     "receiver.after_store_before_report:40",  # counts run from the first checkpoint

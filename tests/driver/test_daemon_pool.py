@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from driver.daemon_pool import DaemonThreadPool
+from walstream.driver.daemon_pool import DaemonThreadPool
 
 
 def test_calls_run_in_order_on_daemon_threads_and_a_failure_is_survived(

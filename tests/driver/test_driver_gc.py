@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from driver.driver_gc import PeriodicDriverGC, gc_interval_s
-from driver.durations import conf_time_ms
+from walstream.driver.driver_gc import PeriodicDriverGC, gc_interval_s
+from walstream.driver.durations import conf_time_ms
 from walstream.errors import ConfigError
 from walstream.testing import wait_until
 

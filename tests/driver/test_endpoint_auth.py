@@ -12,19 +12,19 @@ from typing import Any
 import grpc
 import pytest
 
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from receiver.errors import EndpointAuthError, EndpointPermissionError
-from receiver.rate_receiver import RateGeneratorReceiver
-from receiver.task import ReceiverTaskSpec
 from tests.driver.helpers import CommandFollower, assert_no_leak
-from wal import RecordHandle
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.errors import EndpointAuthError, EndpointPermissionError
+from walstream.receiver.rate_receiver import RateGeneratorReceiver
+from walstream.receiver.task import ReceiverTaskSpec
 from walstream.rpc import auth
 from walstream.rpc import messages as m
 from walstream.testing import MemoryWAL, wait_until
+from walstream.wal import RecordHandle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -383,7 +383,7 @@ def test_credentials_derive_from_a_secret_per_application() -> None:
 
 
 def test_endpoint_limits_keep_room_for_a_session_token() -> None:
-    from driver.endpoint_limits import EndpointLimits
+    from walstream.driver.endpoint_limits import EndpointLimits
 
     with pytest.raises(ValueError, match="max_name_bytes must be >= 43"):
         EndpointLimits(max_name_bytes=auth.SESSION_TOKEN_CHARS - 1)

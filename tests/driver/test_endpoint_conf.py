@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from driver.endpoint_conf import (
+from walstream.driver.endpoint_conf import (
     BIND_KEY,
     HOST_KEY,
     PORT_KEY,
@@ -12,11 +12,11 @@ from driver.endpoint_conf import (
     endpoint_addresses,
     host_port,
 )
-from driver.engine_config import EngineConfig
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.driver_client import DriverClient
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
 from walstream.errors import ConfigError
+from walstream.receiver.driver_client import DriverClient
 
 
 @pytest.mark.parametrize("master", [None, "local", "local[3]", "local[*, 2]"])
@@ -82,7 +82,7 @@ def test_spark_environment_pins_loopback_only_for_a_local_master(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from driver.spark import spark_environment
+    from walstream.driver.spark import spark_environment
 
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     monkeypatch.delenv("WALSTREAM_SPARK_MASTER", raising=False)

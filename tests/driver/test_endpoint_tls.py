@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from driver.endpoint_conf import (
+from walstream.driver.endpoint_conf import (
     SSL_CERT_FILE_KEY,
     SSL_ENABLED_KEY,
     SSL_KEY_FILE_KEY,
@@ -19,19 +19,19 @@ from driver.endpoint_conf import (
     endpoint_tls,
     spark_auth_secret,
 )
-from driver.engine_config import EngineConfig
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from receiver.rate_receiver import RateGeneratorReceiver
-from receiver.task import ReceiverTaskSpec
-from wal import RecordHandle
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
 from walstream.errors import ConfigError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.rate_receiver import RateGeneratorReceiver
+from walstream.receiver.task import ReceiverTaskSpec
 from walstream.rpc import auth
 from walstream.rpc import messages as m
 from walstream.testing import MemoryWAL
+from walstream.wal import RecordHandle
 
 tls_certs = pytest.importorskip("tests.driver.tls_certs")  # needs `cryptography`
 

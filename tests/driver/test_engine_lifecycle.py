@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from driver.engine import StreamingEngine
-from driver.engine_config import EngineConfig
-from driver.job_scheduler import Job
-from driver.listener import StreamingListener
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block_info import ReceivedBlockInfo
 from tests.driver.generator_harness import block
 from tests.driver.helpers import INTERVAL, WAIT_S
-from wal import BatchedWriteAheadLog, EpochChainLog, KafkaWriteAheadLog
+from walstream.driver.engine import StreamingEngine
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.job_scheduler import Job
+from walstream.driver.listener import StreamingListener
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import wait_until
+from walstream.wal import BatchedWriteAheadLog, EpochChainLog, KafkaWriteAheadLog
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from driver.block_rdd import block_rdd
-from driver.endpoint_conf import SSL_CERT_FILE_KEY, SSL_ENABLED_KEY, SSL_KEY_FILE_KEY
-from driver.engine import StreamingEngine
-from driver.engine_config import EngineConfig
-from driver.job_scheduler import Job
-from driver.spark import create_spark_context
-from receiver import RateGeneratorReceiver
+from walstream.driver.block_rdd import block_rdd
+from walstream.driver.endpoint_conf import SSL_CERT_FILE_KEY, SSL_ENABLED_KEY, SSL_KEY_FILE_KEY
+from walstream.driver.engine import StreamingEngine
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.job_scheduler import Job
+from walstream.driver.spark import create_spark_context
+from walstream.receiver import RateGeneratorReceiver
 from walstream.rpc import auth
 from walstream.testing import wait_until
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from driver.events import (
+from tests.walstream.fuzz_checks import (
+    FlippedBytes,
+    TruncationsRaise,
+    decodes_or_typed_error,
+    huge_lengths,
+)
+from walstream.avro_codec import avro_long
+from walstream.driver.events import (
     EVENT_CODEC,
     BatchAllocation,
     BatchCleanup,
@@ -13,17 +20,10 @@ from driver.events import (
     decode_event,
     encode_event,
 )
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from tests.walstream.fuzz_checks import (
-    FlippedBytes,
-    TruncationsRaise,
-    decodes_or_typed_error,
-    huge_lengths,
-)
-from wal.handle import RecordHandle
-from walstream.avro_codec import avro_long
 from walstream.errors import CorruptDataError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal.handle import RecordHandle
 
 INFO = ReceivedBlockInfo(1, "input-1-a", 5, RecordHandle("wal-t", 0, 7, 2),
                          (SourceRange("src", 0, 0, 5),))
@@ -87,7 +87,7 @@ def test_an_invalid_handle_inside_a_valid_encoding_raises_a_typed_error() -> Non
 
 
 def test_an_event_above_max_event_bytes_is_refused_before_decoding() -> None:
-    from driver.events import MAX_EVENT_BYTES
+    from walstream.driver.events import MAX_EVENT_BYTES
 
     assert EVENT_CODEC.max_bytes == MAX_EVENT_BYTES >= 256 * 1024 * 1024
     with pytest.raises(CorruptDataError, match="max 10"):

@@ -9,7 +9,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from driver.events import (
+from walstream.driver.events import (
     EVENT_CODEC,
     EVENT_SCHEMA_V1,
     BatchAllocation,
@@ -21,10 +21,10 @@ from driver.events import (
     encode_event,
     event_kind_of,
 )
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal.handle import RecordHandle
 from walstream.errors import CorruptDataError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal.handle import RecordHandle
 
 INFO = ReceivedBlockInfo(1, "input-1-a", 5, RecordHandle("wal-t", 0, 7, 2),
                          (SourceRange("src", 0, 0, 5),))

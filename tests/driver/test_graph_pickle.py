@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from checkpoint.data import CheckpointData
-from checkpoint.errors import GraphLoadError
-from checkpoint.files import read_latest, write_checkpoint
-from driver.graph import DStreamGraph
-from driver.graph_pickle import dumps_graph, loads_graph
-from driver.recovery import recovered_conf
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.errors import GraphLoadError
+from walstream.checkpoint.files import read_latest, write_checkpoint
+from walstream.driver.graph import DStreamGraph
+from walstream.driver.graph_pickle import dumps_graph, loads_graph
+from walstream.driver.recovery import recovered_conf
 
 
 def _data(graph: bytes | None) -> CheckpointData:
@@ -67,7 +67,7 @@ def test_unpicklable_graph_gives_none_and_a_warning(caplog: pytest.LogCaptureFix
 
 
 def test_version_1_checkpoints_read_with_no_graph(tmp_path: Path) -> None:
-    from checkpoint.data import CODEC
+    from walstream.checkpoint.data import CODEC
 
     data = _data(None)
     body = CODEC.encode({k: v for k, v in {

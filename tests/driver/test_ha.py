@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from driver.ha import HighAvailability
-from driver.ha_conf import HaConfig
-from driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
-from driver.lease import Lease
+from walstream.driver.ha import HighAvailability
+from walstream.driver.ha_conf import HaConfig
+from walstream.driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
+from walstream.driver.lease import Lease
 
 WAIT_S = 30.0
 

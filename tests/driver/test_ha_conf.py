@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from driver.engine_config import EngineConfig
-from driver.ha_conf import HaConfig
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.ha_conf import HaConfig
 from walstream.errors import ConfigError
 
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from checkpoint.data import CheckpointData, StateRdd
-from checkpoint.files import read_latest, write_checkpoint
-from driver import ha_context
-from driver.ha_context import HighAvailabilityMixin
-from driver.recovery import ContextView, IncompatibleGraphError
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint.data import CheckpointData, StateRdd
+from walstream.checkpoint.files import read_latest, write_checkpoint
+from walstream.driver import ha_context
+from walstream.driver.ha_context import HighAvailabilityMixin
+from walstream.driver.recovery import ContextView, IncompatibleGraphError
 
 SHAPE = ("receiver:R#0()", "updateStateByKey#1(0)", "output:foreachRDD#2(1)")
 
@@ -143,7 +143,7 @@ def test_a_leader_releases_its_lease_only_after_its_receivers_stopped(role: str)
     driver's receivers report their last blocks: logged past the cut, counted by
     no batch, yet acknowledged. A standby stops watching first instead, so it
     cannot take over while it stops."""
-    from driver.streaming_context import StreamingContext, StreamingContextState
+    from walstream.driver.streaming_context import StreamingContext, StreamingContextState
 
     calls: list[str] = []
     ssc = StreamingContext.__new__(StreamingContext)

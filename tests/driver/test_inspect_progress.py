@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.files import write_checkpoint
-from driver.checkpoint_inspect import PROGRESS_LINE_INTERVAL_S, replay_progress
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
 from tests.checkpoint.helpers import make_data
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from walstream.checkpoint.files import write_checkpoint
 from walstream.cli import main
+from walstream.driver.checkpoint_inspect import PROGRESS_LINE_INTERVAL_S, replay_progress
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.progress import ProgressReporter
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
 _ids = itertools.count()
 

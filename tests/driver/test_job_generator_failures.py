@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from driver.errors import JobFailedError, StreamClosedError
-from driver.job_generator import JobGenerator
-from driver.job_scheduler import Job, JobScheduler
-from driver.listener import ListenerBus
-from driver.received_block_tracker import ReceivedBlockTracker
 from tests.driver.helpers import INTERVAL, WAIT_S
+from walstream.driver.errors import JobFailedError, StreamClosedError
+from walstream.driver.job_generator import JobGenerator
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.listener import ListenerBus
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

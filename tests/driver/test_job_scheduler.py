@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from driver.batch_info import BatchInfo
-from driver.errors import JobFailedError
-from driver.job_scheduler import JobScheduler
-from driver.listener import ListenerBus, StreamingListener
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job, sleeper
+from walstream.driver.batch_info import BatchInfo
+from walstream.driver.errors import JobFailedError
+from walstream.driver.job_scheduler import JobScheduler
+from walstream.driver.listener import ListenerBus, StreamingListener
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from driver import block_rdd as block_rdd_module
-from driver import direct_stream, kafka_sink
-from driver.checkpoint_inspect import inspect_checkpoint
-from driver.wal_conf import kafka_settings_of, wal_options_from_conf
-from receiver.kafka_receiver import KafkaReceiver
 from tests.checkpoint.helpers import make_data
-from wal import epoch_links, kafka_log, reader
-from wal.kafka_log import KafkaWriteAheadLog
+from walstream.driver import block_rdd as block_rdd_module
+from walstream.driver import direct_stream, kafka_sink
+from walstream.driver.checkpoint_inspect import inspect_checkpoint
+from walstream.driver.wal_conf import kafka_settings_of, wal_options_from_conf
 from walstream.kafka_settings import REDACTED
+from walstream.receiver.kafka_receiver import KafkaReceiver
+from walstream.wal import epoch_links, kafka_log, reader
+from walstream.wal.kafka_log import KafkaWriteAheadLog
 
 SETTINGS = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-256",
             "sasl.username": "app", "sasl.password": "s3cret"}
@@ -165,7 +165,7 @@ def test_direct_stream_driver_probe(recorder: Recorder,
 
 
 def test_kafka_receiver(recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    from receiver import kafka_receiver
+    from walstream.receiver import kafka_receiver
 
     monkeypatch.setattr(kafka_receiver, "Consumer", recorder)
     rcv = KafkaReceiver("broker:9092", "group", {"t": 1}, {"client.id": "mine"})
@@ -227,7 +227,7 @@ def test_walstream_inspect(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
                            tmp_path: Any) -> None:
     """The checkpoint holds no secret: inspect's own settings open the WAL, and its
     output shows the settings with the password redacted."""
-    from checkpoint.files import write_checkpoint
+    from walstream.checkpoint.files import write_checkpoint
 
     monkeypatch.setattr(reader, "Consumer", recorder)
     monkeypatch.setattr(kafka_log, "AdminClient", recorder)
@@ -241,8 +241,8 @@ def test_walstream_inspect(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
 
 def test_walstream_inspect_output_redacts_secrets(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Any) -> None:
-    from checkpoint.files import write_checkpoint
-    from driver import checkpoint_inspect
+    from walstream.checkpoint.files import write_checkpoint
+    from walstream.driver import checkpoint_inspect
 
     class Tracker:  # the replay, without a broker
         corrupt_events = 0
@@ -274,8 +274,8 @@ def test_walstream_inspect_output_redacts_secrets(monkeypatch: pytest.MonkeyPatc
 
 
 def test_no_config_object_shows_a_secret_in_its_repr() -> None:
-    from driver.engine_config import EngineConfig
-    from receiver.task import ReceiverTaskSpec
+    from walstream.driver.engine_config import EngineConfig
+    from walstream.receiver.task import ReceiverTaskSpec
 
     options = wal_options_from_conf(CONF)
     wal = KafkaWriteAheadLog("broker:9092", "app-driver", **options)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from driver.lease import Lease, LeaseConfig, ensure_lease_topic
 from walstream import broker, procs
+from walstream.driver.lease import Lease, LeaseConfig, ensure_lease_topic
 
 pytestmark = pytest.mark.timeout(120)
 HELD_S = 6.0

@@ -12,11 +12,15 @@ from typing import Any
 
 import pytest
 
-from driver.batch_info import BatchInfo
-from driver.job_scheduler import JobScheduler
-from driver.listener import ListenerBus, StreamingListener, StreamingListenerBatchSubmitted
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job
+from walstream.driver.batch_info import BatchInfo
+from walstream.driver.job_scheduler import JobScheduler
+from walstream.driver.listener import (
+    ListenerBus,
+    StreamingListener,
+    StreamingListenerBatchSubmitted,
+)
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,21 +6,30 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from driver.batch_info import BatchInfo, OutputOperationInfo
-from driver.events import BatchAllocation, BatchCleanup, BlockAddition, encode_event, event_kind_of
-from driver.listener import StreamingListenerBatchCompleted, StreamingListenerBatchSubmitted
-from driver.metrics import (
+from walstream.driver.batch_info import BatchInfo, OutputOperationInfo
+from walstream.driver.events import (
+    BatchAllocation,
+    BatchCleanup,
+    BlockAddition,
+    encode_event,
+    event_kind_of,
+)
+from walstream.driver.listener import (
+    StreamingListenerBatchCompleted,
+    StreamingListenerBatchSubmitted,
+)
+from walstream.driver.metrics import (
     EngineMetrics,
     Live,
     MeteredWriteAheadLog,
     ReceiverFigures,
     record_recovery,
 )
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal.handle import RecordHandle
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing.memory_wal import MemoryWAL
+from walstream.wal.handle import RecordHandle
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -3,9 +3,9 @@ status server (the baseline the metrics' cost is measured against)."""
 
 from __future__ import annotations
 
-from driver.engine import StreamingEngine
-from driver.engine_config import CONF_METRICS_ENABLED, EngineConfig
-from driver.metrics import EngineMetrics
+from walstream.driver.engine import StreamingEngine
+from walstream.driver.engine_config import CONF_METRICS_ENABLED, EngineConfig
+from walstream.driver.metrics import EngineMetrics
 
 
 def _config(conf: dict[str, str]) -> EngineConfig:

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from driver.errors import NotLeaderError
-from driver.ha_errors import LeaseFencedError
-from driver.output_gate import OutputGate
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job
+from walstream.driver.errors import NotLeaderError
+from walstream.driver.ha_errors import LeaseFencedError
+from walstream.driver.output_gate import OutputGate
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.python_sockets import DAEMON_KEY, UDS_ENV, UDS_KEY, unix_sockets_default
-from driver.recovery import recovered_conf
-from driver.spark import spark_settings
+from walstream.driver.python_sockets import DAEMON_KEY, UDS_ENV, UDS_KEY, unix_sockets_default
+from walstream.driver.recovery import recovered_conf
+from walstream.driver.spark import spark_settings
 from walstream.worker_daemon import MODULE as DAEMON_MODULE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_sparks_environment_default_stands(monkeypatch: pytest.MonkeyPatch) -> N
 _APP = textwrap.dedent("""
     import json, os, socket, sys
     from pyspark import SparkConf, SparkContext
-    from driver import StreamingContext
+    from walstream.driver import StreamingContext
 
     def sockets(_):
         found = []
@@ -125,7 +125,7 @@ def test_an_app_that_said_false_keeps_tcp() -> None:
 
 
 def test_a_context_with_no_jvm_is_left_alone() -> None:
-    from driver.python_sockets import prefer_unix_sockets
+    from walstream.driver.python_sockets import prefer_unix_sockets
 
     class NoJvm:  # what test doubles of a SparkContext look like
         _jsc = None

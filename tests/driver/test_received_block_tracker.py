@@ -7,20 +7,20 @@ from collections.abc import Callable
 
 import pytest
 
-from driver.errors import TrackerWriteError
-from driver.events import (
+from walstream.driver.errors import TrackerWriteError
+from walstream.driver.events import (
     EVENT_CODEC,
     BatchAllocation,
     BlockAddition,
     decode_event,
     encode_event,
 )
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.errors import CorruptDataError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import MemoryWAL
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
 _ids = itertools.count()
 

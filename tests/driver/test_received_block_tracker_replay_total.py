@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from driver.checkpoint_inspect import replay_progress
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle, serialize_batch
-from wal.base import ForwardingWriteAheadLog, ReplayProgress
+from walstream.driver.checkpoint_inspect import replay_progress
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.progress import Extent, ProgressReporter, ProgressSnapshot
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import MemoryWAL
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle, serialize_batch
+from walstream.wal.base import ForwardingWriteAheadLog, ReplayProgress
 
 _ids = itertools.count()
-TRACKER_LOG = "driver.received_block_tracker"
+TRACKER_LOG = "walstream.driver.received_block_tracker"
 
 
 class Clock:

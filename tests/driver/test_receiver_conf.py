@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from driver.engine_config import EngineConfig
-from receiver.block_generator import MAX_BLOCK_BYTES, BlockGeneratorConfig
+from walstream.driver.engine_config import EngineConfig
 from walstream.errors import ConfigError
+from walstream.receiver.block_generator import MAX_BLOCK_BYTES, BlockGeneratorConfig
 
 KEY = "spark.walstream.receiver.maxBlockBytes"
 

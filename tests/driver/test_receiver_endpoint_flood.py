@@ -13,13 +13,13 @@ from typing import Any
 import grpc
 import pytest
 
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from wal import RecordHandle
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
 from walstream.rpc import messages as m
 from walstream.testing import MemoryWAL
+from walstream.wal import RecordHandle
 
 pytestmark = pytest.mark.timeout(120)
 METHODS = ("RegisterReceiver", "AddBlock", "Report", "Control")

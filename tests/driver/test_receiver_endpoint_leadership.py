@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from driver.errors import NotLeaderError
-from driver.ha_errors import LeaseLostError, LeaseReleasedError
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from wal import RecordHandle
+from walstream.driver.errors import NotLeaderError
+from walstream.driver.ha_errors import LeaseLostError, LeaseReleasedError
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
 from walstream.testing import MemoryWAL
+from walstream.wal import RecordHandle
 
 pytestmark = pytest.mark.timeout(60)
 

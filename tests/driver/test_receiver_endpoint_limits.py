@@ -15,17 +15,17 @@ from typing import Any
 import grpc
 import pytest
 
-from driver.endpoint_limits import escape_controls
-from driver.errors import DriverError
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from wal import RecordHandle
+from walstream.driver.endpoint_limits import escape_controls
+from walstream.driver.errors import DriverError
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
 from walstream.rpc import messages as m
 from walstream.testing import MemoryWAL
+from walstream.wal import RecordHandle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -88,7 +88,7 @@ def test_an_add_block_over_a_limit_is_refused_over_grpc_with_the_limit_named(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     tracker, wal, client = rpc
-    with caplog.at_level(logging.ERROR, logger="receiver.driver_client"):
+    with caplog.at_level(logging.ERROR, logger="walstream.receiver.driver_client"):
         assert client.add_block(OVER_LIMIT[case]) is False
     assert "limit" in caplog.text
     assert wal.writes == 0 and tracker.tracker.get_unallocated_blocks(0) == []
@@ -128,7 +128,7 @@ def test_report_strings_over_the_limit_are_truncated_before_they_are_kept_or_log
     heard: list[str] = []
     ep._listener = lambda event, stream, detail: heard.append(detail)
     huge = "m" * 1_000_000
-    with caplog.at_level(logging.INFO, logger="driver.receiver_endpoint"):
+    with caplog.at_level(logging.INFO, logger="walstream.driver.receiver_endpoint"):
         ep.report_error(0, huge, "e" * 1_000_000)
         ep.deregister_receiver(0, huge, "e" * 1_000_000)
     limit = ep.limits.max_report_chars

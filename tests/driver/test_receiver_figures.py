@@ -11,21 +11,21 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from driver.engine import StreamingEngine
-from driver.engine_config import EngineConfig
-from driver.metrics import MAX_RECEIVER_ENDS, EngineMetrics
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint, sane_figures
-from driver.receiver_tracker import ReceiverTracker
-from driver.stream_binding import StreamBinding
-from receiver.block import SourceRange
-from receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
-from receiver.driver_client import DriverClient
-from receiver.receiver import Receiver
-from wal.handle import RecordHandle
-from wal.segments import segment_topic
+from walstream.driver.engine import StreamingEngine
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.metrics import MAX_RECEIVER_ENDS, EngineMetrics
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint, sane_figures
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.stream_binding import StreamBinding
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.receiver import Receiver
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.testing import MemoryWAL
+from walstream.wal.handle import RecordHandle
+from walstream.wal.segments import segment_topic
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from driver import receiver_tracker as rt
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.driver_client import DriverClient
+from walstream.driver import receiver_tracker as rt
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.driver_client import DriverClient
 
-LOG = "driver.receiver_tracker"
+LOG = "walstream.driver.receiver_tracker"
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

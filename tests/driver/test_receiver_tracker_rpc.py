@@ -7,15 +7,15 @@ from collections.abc import Callable
 
 import pytest
 
-from driver.events import BlockAddition, decode_event
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
 from tests.driver.helpers import CommandFollower
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
-from wal.base import ForwardingWriteAheadLog, WriteAheadLog
+from walstream.driver.events import BlockAddition, decode_event
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from walstream.wal.base import ForwardingWriteAheadLog, WriteAheadLog
 
 
 class DurableSet(ForwardingWriteAheadLog):

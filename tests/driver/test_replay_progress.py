@@ -9,19 +9,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from driver.received_block_tracker import (
+from walstream.driver.received_block_tracker import (
     REPLAY_LOG_INTERVAL_S,
     ReceivedBlockTracker,
     RecoveryStats,
 )
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal import RecordHandle
 from walstream.progress import ProgressReporter, ProgressSnapshot
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import MemoryWAL
+from walstream.wal import RecordHandle
 
 _ids = itertools.count()
-TRACKER_LOG = "driver.received_block_tracker"
+TRACKER_LOG = "walstream.driver.received_block_tracker"
 
 
 class Clock:

@@ -8,12 +8,12 @@ import logging
 
 import pytest
 
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.restart_log import RestartLog
 from tests.driver.generator_harness import Harness, block
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.restart_log import RestartLog
 from walstream.testing import MemoryWAL, wait_until
 
-LOG = "driver.restart_log"
+LOG = "walstream.driver.restart_log"
 pytestmark = pytest.mark.timeout(30)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from driver.spark import SPARK_UI_ENV, spark_settings
 from walstream import worker_daemon
+from walstream.driver.spark import SPARK_UI_ENV, spark_settings
 
 
 def test_the_ui_is_left_to_spark_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,23 +8,23 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ForeignBlockError
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from driver.stream_binding import StreamBinding
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from receiver.errors import EndpointPermissionError
-from receiver.kafka_receiver import KafkaReceiver
-from receiver.rate_receiver import RateGeneratorReceiver
-from receiver.receiver import Receiver
-from receiver.socket_receiver import SocketTextReceiver
-from receiver.source_topics import declared_source_topics
-from receiver.task import ReceiverTaskSpec
-from wal import RecordHandle
-from wal.segments import marker_topic, segment_topic
+from walstream.driver.errors import ForeignBlockError
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.stream_binding import StreamBinding
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.errors import EndpointPermissionError
+from walstream.receiver.kafka_receiver import KafkaReceiver
+from walstream.receiver.rate_receiver import RateGeneratorReceiver
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.socket_receiver import SocketTextReceiver
+from walstream.receiver.source_topics import declared_source_topics
+from walstream.receiver.task import ReceiverTaskSpec
 from walstream.testing import MemoryWAL
+from walstream.wal import RecordHandle
+from walstream.wal.segments import marker_topic, segment_topic
 
 pytestmark = pytest.mark.timeout(60)
 

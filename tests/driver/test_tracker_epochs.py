@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from driver.errors import TrackerFencedError, TrackerWriteError
-from driver.events import (
+from walstream.driver.errors import TrackerFencedError, TrackerWriteError
+from walstream.driver.events import (
     EVENT_CODEC,
     BatchAllocation,
     BlockAddition,
@@ -18,13 +18,13 @@ from driver.events import (
     decode_event,
     encode_event,
 )
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.errors import ConfigError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import MemoryWAL
 from walstream.testing.memory_wal import Entry
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
 STREAMS = (0, 1)
 _ids = itertools.count()
@@ -273,7 +273,7 @@ def test_void_events_are_logged_once_per_epoch_with_their_count(
     log = [encode_event(EpochStarted(3)),
            *(encode_event(BlockAddition(block(0), 1)) for _ in range(4)),
            *(encode_event(BlockAddition(block(0), 2)) for _ in range(2))]
-    with caplog.at_level(logging.WARNING, logger="driver.received_block_tracker"):
+    with caplog.at_level(logging.WARNING, logger="walstream.driver.received_block_tracker"):
         t = over([(d, 1) for d in log])
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert lines == [
@@ -284,7 +284,7 @@ def test_void_events_are_logged_once_per_epoch_with_their_count(
     ]
     caplog.clear()
     # Live on a tail: one line for a new epoch, none for one already reported.
-    with caplog.at_level(logging.WARNING, logger="driver.received_block_tracker"):
+    with caplog.at_level(logging.WARNING, logger="walstream.driver.received_block_tracker"):
         for epoch in (1, 0, 0, 0, 2):
             assert t.apply_logged(encode_event(BlockAddition(block(0), epoch))) is False
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from driver.engine_config import EngineConfig
-from driver.wal_conf import COMPRESSION_KEY, TOPIC_PREFIX_KEY, wal_options_from_conf
-from wal.config import KafkaWalConfig
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.wal_conf import COMPRESSION_KEY, TOPIC_PREFIX_KEY, wal_options_from_conf
 from walstream.errors import ConfigError
+from walstream.wal.config import KafkaWalConfig
 
 
 def _engine_wal_options(conf: dict[str, str]) -> dict[str, object]:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.doubles import STREAM, FakeReporter, Script, ScriptReceiver
+from walstream.receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from walstream.testing import AsyncMemoryWAL, MemoryWAL
 
 

@@ -1,6 +1,6 @@
 """Broker-free doubles of the receiver tests: a fake driver and a scripted receiver.
 
-``FakeReporter`` is the driver side of :class:`~receiver.supervisor.BlockReporter`:
+``FakeReporter`` is the driver side of :class:`~walstream.receiver.supervisor.BlockReporter`:
 it records every call, can refuse registration or blocks, and checks *inside*
 ``add_block`` that the reported block is already readable from the WAL at its
 handle (store before report). A violation is recorded, not raised: the supervisor
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from receiver.block import Block, SourceRange
-from receiver.block_generator import BlockGenerator
-from receiver.block_info import ReceivedBlockInfo
-from receiver.items import decode_item
-from receiver.receiver import Receiver
+from walstream.receiver.block import Block, SourceRange
+from walstream.receiver.block_generator import BlockGenerator
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.items import decode_item
+from walstream.receiver.receiver import Receiver
 from walstream.testing import WAIT_S, MemoryWAL
 
 STREAM = 7  # the stream id of the ReceiverSupervisor tests
@@ -91,7 +91,7 @@ class FakeReporter:
 class ScriptReceiver(Receiver):
     """A receiver whose thread (started in ``onStart``) runs ``script(self)``.
 
-    ``onStop`` joins that thread like :class:`~receiver.kafka_receiver.KafkaReceiver`
+    ``onStop`` joins that thread like :class:`~walstream.receiver.kafka_receiver.KafkaReceiver`
     (unless it runs on it). Threading objects are created in ``onStart`` only, so an
     unstarted receiver pickles.
     """

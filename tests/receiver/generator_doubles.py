@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from walstream.receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from walstream.testing import WAIT_S
 
 

@@ -3,9 +3,9 @@ merge acknowledged ranges (failing on an overlap) and match acks to reports."""
 
 from __future__ import annotations
 
-from receiver.block import SourceRange
-from receiver.supervisor import ReceiverSupervisor
 from tests.receiver.doubles import FakeReporter, ScriptReceiver
+from walstream.receiver.block import SourceRange
+from walstream.receiver.supervisor import ReceiverSupervisor
 from walstream.testing import wait_until
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.block import BLOCK_CODEC, Block, SourceRange, block_items
-from receiver.block_info import ReceivedBlockInfo
-from receiver.errors import BadRecordError, CorruptItemError
-from receiver.items import decode_item, encode_item
-from wal.handle import RecordHandle
 from walstream.errors import CorruptDataError, UnknownSchemaVersionError
+from walstream.receiver.block import BLOCK_CODEC, Block, SourceRange, block_items
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.errors import BadRecordError, CorruptItemError
+from walstream.receiver.items import decode_item, encode_item
+from walstream.wal.handle import RecordHandle
 
 
 def sample_block() -> Block:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.block import BLOCK_CODEC, Block, SourceRange, block_items
-from receiver.items import encode_item
 from tests.walstream.fuzz_checks import (
     FlippedBytes,
     TruncationsRaise,
@@ -14,6 +12,8 @@ from tests.walstream.fuzz_checks import (
 )
 from walstream.avro_codec import avro_long
 from walstream.errors import CorruptDataError
+from walstream.receiver.block import BLOCK_CODEC, Block, SourceRange, block_items
+from walstream.receiver.items import encode_item
 
 VALID = Block(3, "input-3-x", [encode_item(x) for x in (b"a", "é", ("k", None))],
               (SourceRange("t", 0, 10, 13),)).encode()
@@ -60,7 +60,7 @@ def test_invalid_utf8_in_the_block_id_raises_a_typed_error() -> None:
 
 
 def test_a_block_above_max_bytes_is_refused_before_decoding() -> None:
-    from receiver.block import MAX_BLOCK_BYTES
+    from walstream.receiver.block import MAX_BLOCK_BYTES
 
     assert MAX_BLOCK_BYTES >= 256 * 1024 * 1024
     with pytest.raises(CorruptDataError, match=f"max {len(VALID) - 1}"):

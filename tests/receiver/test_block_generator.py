@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
-from receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
 from tests.receiver.generator_doubles import (
     RecordingListener,
     held_until,
@@ -18,6 +16,8 @@ from tests.receiver.generator_doubles import (
     run_in_thread,
 )
 from walstream.errors import ConfigError
+from walstream.receiver.block_generator import BlockGenerator, BlockGeneratorConfig
+from walstream.receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
 from walstream.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(30)

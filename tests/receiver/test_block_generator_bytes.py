@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from tests.receiver.generator_doubles import RecordingListener, make
 from walstream.errors import ConfigError
+from walstream.receiver.block_generator import BlockGenerator, BlockGeneratorConfig
 from walstream.testing import WAIT_S, wait_until
 
 
@@ -50,7 +50,7 @@ def test_max_block_bytes_is_validated(bad: int) -> None:
 
 
 def test_the_default_max_block_bytes_is_below_the_wal_record_limit() -> None:
-    from wal.config import KafkaWalConfig
+    from walstream.wal.config import KafkaWalConfig
 
     assert BlockGeneratorConfig().max_block_bytes < KafkaWalConfig().max_record_bytes
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGenerator
 from tests.receiver.generator_doubles import RecordingListener, make
+from walstream.receiver.block_generator import BlockGenerator
 from walstream.testing import WAIT_S, wait_until
 
 pytestmark = pytest.mark.timeout(30)

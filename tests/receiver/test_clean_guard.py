@@ -13,18 +13,18 @@ from typing import Any
 import grpc
 import pytest
 
-from driver.ha_errors import LeaseLostError
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from receiver.clean_guard import CleanGuard
-from receiver.driver_client import DriverClient
-from receiver.errors import CleanRefusedError, DriverProofError
-from receiver.receiver import Receiver
-from receiver.task import ReceiverTaskSpec, receiver_wal
-from wal import KafkaWriteAheadLog
+from walstream.driver.ha_errors import LeaseLostError
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.receiver.clean_guard import CleanGuard
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.errors import CleanRefusedError, DriverProofError
+from walstream.receiver.receiver import Receiver
+from walstream.receiver.task import ReceiverTaskSpec, receiver_wal
 from walstream.rpc import auth
 from walstream.rpc import messages as m
 from walstream.testing import MemoryWAL
+from walstream.wal import KafkaWriteAheadLog
 
 pytestmark = pytest.mark.timeout(120)
 

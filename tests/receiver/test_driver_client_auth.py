@@ -14,22 +14,22 @@ from typing import Any
 import grpc
 import pytest
 
-from receiver.block import SourceRange
-from receiver.block_info import ReceivedBlockInfo
-from receiver.clean_guard import CleanGuard
-from receiver.driver_client import DriverClient
-from receiver.errors import (
+from tests.receiver.doubles import FakeReporter
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.clean_guard import CleanGuard
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.errors import (
     BlockReportError,
     DriverProofError,
     EndpointPermissionError,
     EndpointSecurityError,
 )
-from receiver.task import _follow_control
-from tests.receiver.doubles import FakeReporter
-from wal import RecordHandle
+from walstream.receiver.task import _follow_control
 from walstream.rpc import auth
 from walstream.rpc import messages as m
 from walstream.testing import WAIT_S, MemoryWAL, wait_until
+from walstream.wal import RecordHandle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -163,7 +163,7 @@ def test_forged_and_replayed_commands_are_ignored_and_logged(
         _signed(3, "STOP", session="another session", message="forged: other session"),
         _signed(4, "STOP", message="the driver's stop"),
     ]
-    with caplog.at_level(logging.WARNING, logger="receiver.driver_client"):
+    with caplog.at_level(logging.WARNING, logger="walstream.receiver.driver_client"):
         got = list(client.control(0))
     assert got == [cleanup, fake.commands[-1]]
     ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]

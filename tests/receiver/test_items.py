@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from receiver.errors import BadRecordError, CorruptItemError, ReceiverError
-from receiver.items import decode_item, decode_items, encode_item, encode_utf8_pair
+from walstream.receiver.errors import BadRecordError, CorruptItemError, ReceiverError
+from walstream.receiver.items import decode_item, decode_items, encode_item, encode_utf8_pair
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_hand_written_pair_encoding_is_fastavros(pair: Any) -> None:
 
     import fastavro
 
-    from receiver.items import _PAIR_SCHEMA, encode_pair
+    from walstream.receiver.items import _PAIR_SCHEMA, encode_pair
 
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, _PAIR_SCHEMA, {"key": pair[0], "value": pair[1]})

@@ -6,8 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from receiver.errors import BadRecordError
-from receiver.items import decode_item, encode_item, encode_pair
 from tests.walstream.fuzz_checks import (
     FUZZ,
     DecoderContract,
@@ -16,6 +14,8 @@ from tests.walstream.fuzz_checks import (
     truncations,
 )
 from walstream.errors import CorruptDataError
+from walstream.receiver.errors import BadRecordError
+from walstream.receiver.items import decode_item, encode_item, encode_pair
 
 VALID = [encode_item(x) for x in (b"raw", "text é", ("key", b"value"), (None, "v"),
                                   {"a": [1, 2.5, None, "x"]}, [True, {"b": {}}])]
@@ -88,7 +88,7 @@ def test_bytes_like_input_decodes_like_bytes() -> None:
 
 
 def test_an_item_above_max_bytes_is_refused_before_decoding() -> None:
-    from receiver.items import MAX_ITEM_BYTES
+    from walstream.receiver.items import MAX_ITEM_BYTES
 
     assert MAX_ITEM_BYTES >= 8 * 1024 * 1024  # never below the supervisor's default record
     with pytest.raises(CorruptDataError, match="max 64"):

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, TopicPartition
 
-import receiver.kafka_receiver as kafka_receiver_module
-from receiver.block import SourceRange, block_items
-from receiver.block_generator import BlockGeneratorConfig
-from receiver.kafka_receiver import KafkaReceiver
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from receiver.text_run import TextRun
+import walstream.receiver.kafka_receiver as kafka_receiver_module
 from tests.receiver.doubles import FakeReporter, ranges_of, record_generator_batches
+from walstream.receiver.block import SourceRange, block_items
+from walstream.receiver.block_generator import BlockGeneratorConfig
+from walstream.receiver.kafka_receiver import KafkaReceiver
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.text_run import TextRun
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -375,7 +375,7 @@ def test_driver_acknowledged_positions_win_over_everything(cluster: FakeCluster)
     """A relaunched receiver resumes where the driver's WAL says its data ends."""
     from types import SimpleNamespace
 
-    from receiver.block import SourceRange
+    from walstream.receiver.block import SourceRange
 
     cluster.logs["src"][2] = []
     cluster.committed = {("src", 0): 12, ("src", 1): 5}

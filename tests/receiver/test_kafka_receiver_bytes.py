@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from receiver.block import Block, SourceRange
-from receiver.block_generator import BlockGeneratorConfig, item_bytes
-from receiver.kafka_receiver import KafkaReceiver, utf8_decoder
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.doubles import FakeReporter
+from walstream.receiver.block import Block, SourceRange
+from walstream.receiver.block_generator import BlockGeneratorConfig, item_bytes
+from walstream.receiver.kafka_receiver import KafkaReceiver, utf8_decoder
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from receiver.rate_limiter import RateLimiter
+from walstream.receiver.rate_limiter import RateLimiter
 from walstream.testing import WAIT_S
 
 pytestmark = pytest.mark.timeout(30)

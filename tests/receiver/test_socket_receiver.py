@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from receiver.block_generator import BlockGeneratorConfig
-from receiver.socket_receiver import SocketTextReceiver
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
-from receiver.text_run import TextRun
 from tests.receiver.doubles import FakeReporter, record_generator_batches
 from walstream.errors import ConfigError
+from walstream.receiver.block_generator import BlockGeneratorConfig
+from walstream.receiver.socket_receiver import SocketTextReceiver
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.text_run import TextRun
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

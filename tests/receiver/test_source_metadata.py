@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from receiver.block import SourceRange
-from receiver.errors import SourceMetadataError
-from receiver.source_metadata import check_source_metadata
-from receiver.supervisor import ReceiverSupervisor
 from tests.receiver.doubles import FakeReporter, ScriptReceiver
+from walstream.receiver.block import SourceRange
+from walstream.receiver.errors import SourceMetadataError
+from walstream.receiver.source_metadata import check_source_metadata
+from walstream.receiver.supervisor import ReceiverSupervisor
 from walstream.testing import wait_until
 
 WRONG_SHAPES: list[Any] = [

@@ -10,18 +10,6 @@ from typing import Any
 
 import pytest
 
-from receiver.block import SourceRange
-from receiver.block_generator import BlockGeneratorConfig
-from receiver.errors import (
-    BadRecordError,
-    BlockGeneratorStoppedError,
-    BlockReportError,
-    BlockStoreError,
-    ReceiverError,
-    ReceiverRefusedError,
-)
-from receiver.items import encode_utf8_pair
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.doubles import (
     STREAM,
     FakeReporter,
@@ -33,6 +21,18 @@ from tests.receiver.doubles import (
 )
 from tests.receiver.supervisor_checks import assert_acks_follow_reports, merged, run_to_end
 from walstream.errors import ConfigError
+from walstream.receiver.block import SourceRange
+from walstream.receiver.block_generator import BlockGeneratorConfig
+from walstream.receiver.errors import (
+    BadRecordError,
+    BlockGeneratorStoppedError,
+    BlockReportError,
+    BlockStoreError,
+    ReceiverError,
+    ReceiverRefusedError,
+)
+from walstream.receiver.items import encode_utf8_pair
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from walstream.testing import WAIT_S, MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from receiver.block import Block, SourceRange
-from receiver.block_generator import item_bytes
-from receiver.errors import BlockTooLargeError, ReceiverError
-from receiver.items import encode_item
 from tests.receiver.doubles import FakeReporter, src
+from walstream.receiver.block import Block, SourceRange
+from walstream.receiver.block_generator import item_bytes
+from walstream.receiver.errors import BlockTooLargeError, ReceiverError
+from walstream.receiver.items import encode_item
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

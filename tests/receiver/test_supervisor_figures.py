@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from receiver.block_info import BlockFigures, ReceivedBlockInfo
-from receiver.driver_client import DriverClient
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig, takes_figures
 from tests.receiver.doubles import STREAM, FakeReporter, ScriptReceiver, src
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
+from walstream.receiver.driver_client import DriverClient
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig, takes_figures
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.testing import MemoryWAL, wait_until
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from receiver.block_generator import BlockGeneratorConfig
-from receiver.errors import BlockStoreError
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.doubles import STREAM, FakeReporter, Script, ScriptReceiver, store_each
 from tests.receiver.supervisor_checks import assert_acks_follow_reports, run_to_end
-from wal.errors import WalWriteTimeoutError
-from wal.handle import RecordHandle
+from walstream.receiver.block_generator import BlockGeneratorConfig
+from walstream.receiver.errors import BlockStoreError
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from walstream.testing import WAIT_S, AsyncMemoryWAL, wait_until
+from walstream.wal.errors import WalWriteTimeoutError
+from walstream.wal.handle import RecordHandle
 
 pytestmark = pytest.mark.timeout(30)
 

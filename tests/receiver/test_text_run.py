@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from receiver.block import Block, SourceRange, block_items
-from receiver.block_generator import BlockGenerator, encoded_bytes
-from receiver.items import STR_TAG, VALUE_TAG, encode_item
-from receiver.supervisor import ReceiverSupervisor
-from receiver.text_run import TextRun
 from tests.receiver.doubles import FakeReporter
 from tests.receiver.generator_doubles import RecordingListener, make
+from walstream.receiver.block import Block, SourceRange, block_items
+from walstream.receiver.block_generator import BlockGenerator, encoded_bytes
+from walstream.receiver.items import STR_TAG, VALUE_TAG, encode_item
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.text_run import TextRun
 from walstream.testing import WAIT_S, MemoryWAL, wait_until
 
 BODIES = [b"one", b"", "caf\u00e9".encode(), b"four words in it", b"5"]

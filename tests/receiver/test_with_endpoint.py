@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from receiver.block_generator import BlockGeneratorConfig
-from receiver.block_info import ReceivedBlockInfo
-from receiver.errors import ReceiverRefusedError
-from receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from tests.receiver.doubles import ScriptReceiver, src, store_each
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.receiver.block_generator import BlockGeneratorConfig
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.errors import ReceiverRefusedError
+from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -27,8 +27,8 @@ def driver() -> Iterator[tuple[ReceivedBlockTracker, LocalReceiverEndpoint]]:
 
 
 def items_of(wal: MemoryWAL, infos: list[ReceivedBlockInfo]) -> list[object]:
-    from receiver.block import Block
-    from receiver.items import decode_item
+    from walstream.receiver.block import Block
+    from walstream.receiver.items import decode_item
 
     return [decode_item(r) for i in infos for r in Block.decode(wal.read(i.handle)).records]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.block_info import ReceivedBlockInfo
-from structured import offsets
-from structured.errors import OffsetError
-from wal.handle import RecordHandle
-from wal.segments import segment_topic
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.structured import offsets
+from walstream.structured.errors import OffsetError
+from walstream.wal.handle import RecordHandle
+from walstream.wal.segments import segment_topic
 
 
 def block(stream: int, n: int, records: int = 10, seg_start: int = 1_000) -> ReceivedBlockInfo:

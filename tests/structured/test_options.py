@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from structured.errors import SourceOptionError
-from structured.options import DEFAULT_CLEAN_MARGIN_MS, SourceOptions
 from walstream.errors import ConfigError
+from walstream.structured.errors import SourceOptionError
+from walstream.structured.options import DEFAULT_CLEAN_MARGIN_MS, SourceOptions
 
 
 def test_a_custom_receiver_with_json_args_and_kafka_settings() -> None:

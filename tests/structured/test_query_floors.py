@@ -3,7 +3,7 @@ same source has not read."""
 
 from __future__ import annotations
 
-from structured.query_floors import QueryFloors
+from walstream.structured.query_floors import QueryFloors
 
 
 def test_a_lone_query_cleans_up_to_its_commit() -> None:

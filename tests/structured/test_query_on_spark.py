@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-import structured.registry as registry
+import walstream.structured.registry as registry
 from walstream.kafka_logging import with_logger
 from walstream.testing import wait_until
 from walstream.testing.fixtures import KafkaBroker, walstream_session

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.kafka_receiver import KafkaReceiver
-from receiver.rate_receiver import RateGeneratorReceiver
-from receiver.socket_receiver import SocketTextReceiver
-from structured.errors import SourceOptionError
-from structured.options import SourceOptions
-from structured.receivers import build_receivers
+from walstream.receiver.kafka_receiver import KafkaReceiver
+from walstream.receiver.rate_receiver import RateGeneratorReceiver
+from walstream.receiver.socket_receiver import SocketTextReceiver
+from walstream.structured.errors import SourceOptionError
+from walstream.structured.options import SourceOptions
+from walstream.structured.receivers import build_receivers
 from walstream.testing.sequence_receiver import SequenceReceiver
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from structured.errors import SourceOptionError
-from structured.registry import check_planner_python
+from walstream.structured.errors import SourceOptionError
+from walstream.structured.registry import check_planner_python
 
 
 def test_an_archive_path_that_does_not_resolve_on_the_driver_is_a_clear_error(

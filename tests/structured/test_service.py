@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from structured.errors import OffsetError, ServiceError
-from structured.service import ServiceClient, SourceService
+from walstream.structured.errors import OffsetError, ServiceError
+from walstream.structured.service import ServiceClient, SourceService
 from walstream.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_no_service_file_says_to_register(tmp_path: Path) -> None:
 
 def test_a_session_ends_when_its_process_is_killed(service: Any) -> None:
     code = ("import sys, time\n"
-            "from structured.service import ServiceClient\n"
+            "from walstream.structured.service import ServiceClient\n"
             f"c = ServiceClient({service.info_file!r}, 'src', {{}})\n"
             "print('open', flush=True)\n"
             "time.sleep(600)\n")

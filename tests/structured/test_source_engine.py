@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from driver.engine_config import EngineConfig
-from driver.received_block_tracker import ReceivedBlockTracker
-from receiver.block_info import ReceivedBlockInfo
-from structured.errors import OffsetError
-from structured.options import SourceOptions
-from structured.source_engine import SourceEngine
-from wal.handle import RecordHandle
-from wal.segments import segment_topic
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.structured.errors import OffsetError
+from walstream.structured.options import SourceOptions
+from walstream.structured.source_engine import SourceEngine
 from walstream.testing import MemoryWAL
+from walstream.wal.handle import RecordHandle
+from walstream.wal.segments import segment_topic
 
 
 def engine_over(wal: MemoryWAL, margin_ms: int = 0) -> SourceEngine:
@@ -104,7 +104,7 @@ def test_a_commit_cleans_what_it_covered_and_keeps_what_later_batches_read() -> 
 
 
 def test_the_sources_kafka_and_receiver_options_reach_the_engine_config() -> None:
-    from structured.source_engine import engine_conf
+    from walstream.structured.source_engine import engine_conf
 
     options = SourceOptions.parse({
         "name": "clicks", "source": "rate", "kafka.bootstrap.servers": "b:9092",

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from wal import KafkaWriteAheadLog
+from walstream.wal import KafkaWriteAheadLog
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from wal import (
+from walstream.testing import MemoryWAL
+from walstream.wal import (
     BatchedWriteAheadLog,
     KafkaWriteAheadLog,
     RecordHandle,
@@ -17,8 +18,7 @@ from wal import (
     deserialize_batch,
     serialize_batch,
 )
-from wal.errors import CorruptRecordError, WalWriteError
-from walstream.testing import MemoryWAL
+from walstream.wal.errors import CorruptRecordError, WalWriteError
 
 
 def test_serialize_deserialize_round_trip() -> None:

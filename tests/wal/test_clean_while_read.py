@@ -20,7 +20,7 @@ from pathlib import Path
 
 _CHILD = """
 import sys, time
-from wal import KafkaWriteAheadLog, RecordNotFoundError
+from walstream.wal import KafkaWriteAheadLog, RecordNotFoundError
 
 bootstrap, name = sys.argv[1], sys.argv[2]
 log = KafkaWriteAheadLog(bootstrap, name, rolling_interval_ms=1000)

@@ -1,5 +1,5 @@
 """The driver WAL of a highly available driver, one log per lease epoch
-(``wal.epoch_chain``), against the real broker: epoch 0 is the plain log, a takeover's
+(``walstream.wal.epoch_chain``), against the real broker: epoch 0 is the plain log, a takeover's
 link fences an old leader's late writes (also into older segments), chains over
 several epochs, an epoch whose leader died before its link, a standby following a
 takeover by a third party, refusals, cleaning across epochs, and the batched wrapper."""
@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wal import (
+from walstream.errors import ConfigError
+from walstream.wal import (
     BatchedWriteAheadLog,
     EpochChainLog,
     EpochTakenError,
@@ -22,19 +23,18 @@ from wal import (
     StaleFollowerError,
     serialize_batch,
 )
-from wal.base import (
+from walstream.wal.base import (
     FollowOverrunError,
     FollowPositionError,
     ForwardingWriteAheadLog,
     LogFollower,
 )
-from wal.config import KafkaWalConfig
-from wal.epoch_links import Member, validate_chain_name
-from wal.errors import EpochNotSupportedError
-from wal.framing import encode_record
-from wal.reader import release_topics
-from wal.segments import parse_topics
-from walstream.errors import ConfigError
+from walstream.wal.config import KafkaWalConfig
+from walstream.wal.epoch_links import Member, validate_chain_name
+from walstream.wal.errors import EpochNotSupportedError
+from walstream.wal.framing import encode_record
+from walstream.wal.reader import release_topics
+from walstream.wal.segments import parse_topics
 
 PREFIX = KafkaWalConfig().topic_prefix
 OPTS: dict[str, Any] = {"rolling_interval_ms": 1_000, "write_timeout_s": 20.0,

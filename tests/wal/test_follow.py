@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WalClosedError
-from wal.base import (
+from walstream.testing import MemoryWAL
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WalClosedError
+from walstream.wal.base import (
     FollowGapError,
     FollowNotSupportedError,
     FollowTimeoutError,
     ForwardingWriteAheadLog,
     LogFollower,
 )
-from wal.errors import CorruptRecordError, TornRecordError
-from wal.framing import encode_record
-from walstream.testing import MemoryWAL
+from walstream.wal.errors import CorruptRecordError, TornRecordError
+from walstream.wal.framing import encode_record
 
 WalFactory = Callable[..., KafkaWriteAheadLog]
 
@@ -163,7 +163,7 @@ def test_a_segment_cleaned_under_the_follower_is_skipped_not_waited_on(
     log.write(b"c0", 2_500)  # segment 2000-3000
     follower = log.follow(poll_timeout_s=0.5)
     assert follower.poll(1, 5) == [b"a0"]  # reading the first segment
-    caplog.set_level(logging.WARNING, logger="wal.follow")
+    caplog.set_level(logging.WARNING, logger="walstream.wal.follow")
     # This process deletes the segment the follower reads: its consumer is released
     # first (release_topics), and both cleaned segments are skipped.
     log.clean(2_000, wait_for_completion=True)
@@ -179,7 +179,7 @@ def test_a_segment_cleaned_under_the_follower_is_skipped_not_waited_on(
 
 _CLEANER = """
 import sys
-from wal import KafkaWriteAheadLog
+from walstream.wal import KafkaWriteAheadLog
 log = KafkaWriteAheadLog(sys.argv[1], sys.argv[2], rolling_interval_ms=1000)
 log.clean(int(sys.argv[3]), wait_for_completion=True)
 log.close()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wal.errors import CorruptRecordError, TornRecordError, UnknownRecordVersionError
-from wal.framing import FRAME_CODEC, Reassembler, decode_frame, encode_record
+from walstream.wal.errors import CorruptRecordError, TornRecordError, UnknownRecordVersionError
+from walstream.wal.framing import FRAME_CODEC, Reassembler, decode_frame, encode_record
 
 
 def _join(frames: list[bytes]) -> bytes:

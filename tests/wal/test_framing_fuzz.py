@@ -14,9 +14,9 @@ from tests.walstream.fuzz_checks import (
     garbage,
     huge_lengths,
 )
-from wal.errors import CorruptRecordError
-from wal.framing import FRAME_CODEC, Reassembler, decode_frame, encode_record
 from walstream.avro_codec import avro_long
+from walstream.wal.errors import CorruptRecordError
+from walstream.wal.framing import FRAME_CODEC, Reassembler, decode_frame, encode_record
 
 PREFIX = FRAME_CODEC.magic + b"\x01"
 RECORD = bytes(range(256)) * 12

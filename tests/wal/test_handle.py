@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from wal.handle import RecordHandle
 from walstream.errors import CorruptDataError
+from walstream.wal.handle import RecordHandle
 
 
 def test_handle_is_frozen_comparable_and_round_trips() -> None:

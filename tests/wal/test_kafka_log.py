@@ -8,7 +8,9 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from wal import (
+from walstream import procs
+from walstream.testing import wait_until
+from walstream.wal import (
     KafkaWriteAheadLog,
     RecordHandle,
     RecordNotFoundError,
@@ -17,9 +19,7 @@ from wal import (
     WalWriteError,
     WalWriteTimeoutError,
 )
-from wal.errors import CorruptRecordError
-from walstream import procs
-from walstream.testing import wait_until
+from walstream.wal.errors import CorruptRecordError
 
 WalFactory = Callable[..., KafkaWriteAheadLog]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wal import KafkaWriteAheadLog
-from wal.handle import RecordHandle
-from wal.reader import WalReader
+from walstream.wal import KafkaWriteAheadLog
+from walstream.wal.handle import RecordHandle
+from walstream.wal.reader import WalReader
 
 WalFactory = Callable[..., KafkaWriteAheadLog]
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
-from wal import reader as reader_mod
-from wal.framing import encode_record
+from walstream.wal import reader as reader_mod
+from walstream.wal.framing import encode_record
 
 
 class _Err:
@@ -112,7 +112,7 @@ class ShortWaitHidesRecords:
 
 def test_a_read_that_a_short_fetch_wait_hides_falls_back_to_the_normal_wait(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from wal.handle import RecordHandle
+    from walstream.wal.handle import RecordHandle
 
     made: list[ShortWaitHidesRecords] = []
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from wal import BatchedWriteAheadLog, KafkaWriteAheadLog
-from wal import reader as reader_mod
-from wal.base import ForwardingWriteAheadLog, ReplayProgress
 from walstream.testing import MemoryWAL
+from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
+from walstream.wal import reader as reader_mod
+from walstream.wal.base import ForwardingWriteAheadLog, ReplayProgress
 
 WalFactory = Callable[..., KafkaWriteAheadLog]
 

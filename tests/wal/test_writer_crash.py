@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from wal import KafkaWriteAheadLog, RecordHandle
-from wal.errors import CorruptRecordError, TornRecordError
 from walstream import killpoints
+from walstream.wal import KafkaWriteAheadLog, RecordHandle
+from walstream.wal.errors import CorruptRecordError, TornRecordError
 
 
 def _record(i: int) -> bytes:

@@ -25,20 +25,22 @@ def test_lost_and_doubled_count_each_missing_and_each_extra_word() -> None:
 
 
 def test_takeover_lines_are_parsed_from_a_log() -> None:
-    log = ("2026 INFO driver.ha: high availability: standing by\n"
-           "2026 INFO driver.ha: high availability: leading epoch 3 of t (taking over)\n"
-           "2026 INFO driver.ha: high availability: took over epoch 3 in 0.84 s\n"
+    log = ("2026 INFO walstream.driver.ha: high availability: standing by\n"
+           "2026 INFO walstream.driver.ha: high availability: leading epoch 3 of t (taking over)\n"
+           "2026 INFO walstream.driver.ha: high availability: took over epoch 3 in 0.84 s\n"
            "noise took over epoch x in y s\n"
-           "2026 INFO driver.ha: high availability: took over epoch 12 in 1.50 s\n")
+           "2026 INFO walstream.driver.ha: high availability: took over epoch 12 in 1.50 s\n")
     assert takeovers(log) == [(3, 0.84), (12, 1.5)]
     assert takeovers("") == []
 
 
 def test_a_fenced_leader_is_told_from_a_takeover_step_line() -> None:
-    step = ("INFO driver.ha_context: high availability: epoch 2 steps: sinks fenced 0.00 s, "
+    step = ("INFO walstream.driver.ha_context: high availability: epoch 2 steps: "
+            "sinks fenced 0.00 s, "
             "checkpoints fenced 0.06 s")
     assert not FENCED.search(step)
-    assert FENCED.search("driver.ha_errors.LeaseFencedError: lease holder 'a' of epoch 1 is "
+    assert FENCED.search("walstream.driver.ha_errors.LeaseFencedError: "
+                         "lease holder 'a' of epoch 1 is "
                          "fenced: 'b' holds epoch 2")
     assert FENCED.search("checkpoint 17 of epoch 1 refused: /c is fenced by epoch 2")
 
@@ -92,7 +94,7 @@ def test_the_pair_reads_roles_batches_and_totals(tmp_path: Path) -> None:
 
 
 def test_the_sink_output_is_summed_per_word_and_per_batch(monkeypatch: Any) -> None:
-    import driver
+    import walstream.driver as driver
     from walstream.testing.chaos import _sink_output
 
     records = [(1000, None, b"a\t2"), (1000, None, b"d b\t1"), (2000, None, b"a\t1"),

@@ -71,7 +71,7 @@ def test_wal_clients_print_no_raw_librdkafka_lines_when_the_broker_stops(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The demo's case: a broker stops under open WAL clients (producer, reader, admin)."""
-    from wal import KafkaWriteAheadLog
+    from walstream.wal import KafkaWriteAheadLog
 
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
     with embedded_broker(tmp_path / "home") as broker:

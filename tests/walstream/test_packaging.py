@@ -21,9 +21,11 @@ from walstream.errors import WalStreamError
 from walstream.packaging import build, pinned_requirements
 
 REPO = Path(__file__).resolve().parents[2]
-EXECUTOR_IMPORTS = ("receiver.task", "receiver.driver_client", "wal.reader", "wal.kafka_log",
-                    "driver.block_rdd", "driver.direct_stream", "driver.kafka_sink",
-                    "structured.rows", "structured.datasource", "walstream.rpc.messages",
+EXECUTOR_IMPORTS = ("walstream.receiver.task", "walstream.receiver.driver_client",
+                    "walstream.wal.reader", "walstream.wal.kafka_log",
+                    "walstream.driver.block_rdd", "walstream.driver.direct_stream",
+                    "walstream.driver.kafka_sink", "walstream.structured.rows",
+                    "walstream.structured.datasource", "walstream.rpc.messages",
                     "confluent_kafka", "fastavro", "grpc", "pyarrow")
 #: Spark's own executor-side modules that need more than PySpark: the Python data
 #: source reader a ``format("walstream")`` query's block reads run in (pyarrow).
@@ -31,7 +33,8 @@ SPARK_EXECUTOR_IMPORTS = ("pyspark.sql.worker.plan_data_source_read",)
 
 
 #: What an example run from the repository root may leave inside a package folder.
-PLANTED = (REPO / "structured" / "ckpt-of-an-example", REPO / "driver" / "data.json")
+PLANTED = (REPO / "walstream" / "structured" / "ckpt-of-an-example",
+           REPO / "driver" / "data.json")
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +58,11 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert not [n for n in names if "/site-packages/pyspark/" in n], "PySpark is packed"
     assert not [n for n in names if "/walstream/testing/" in n], "the test kit is packed"
     ours = [n for n in names if "/site-packages/" in n and n.split("/site-packages/")[1]
-            .split("/")[0] in ("wal", "receiver", "driver", "checkpoint", "structured",
-                               "walstream")]
+            .split("/")[0] == "walstream"]
+    assert not [n for n in names if "/site-packages/" in n and n.split("/site-packages/")[1]
+                .split("/")[0] in ("wal", "receiver", "driver", "checkpoint", "structured")], \
+        "a package is packed under its bare folder name"
+    assert [n for n in ours if "/walstream/driver/" in n], "the driver is not packed"
     assert [n for n in ours if "/structured/" in n], "structured is not packed"
     assert not [n for n in ours if n.endswith(("ckpt-of-an-example", "data.json",
                                                "checkpoint-1000"))], "data is packed"

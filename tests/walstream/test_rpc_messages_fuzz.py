@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from receiver.block_info import BlockFigures, ReceivedBlockInfo
 from tests.walstream.fuzz_checks import (
     FUZZ,
     WRONG_TYPES,
@@ -21,6 +20,7 @@ from tests.walstream.fuzz_checks import (
 )
 from walstream.avro_codec import avro_long
 from walstream.errors import CorruptDataError, UnknownSchemaVersionError
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.rpc import messages as m
 from walstream.rpc.errors import RpcMessageError
 

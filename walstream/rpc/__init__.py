@@ -1,7 +1,7 @@
 """walstream.rpc: the wire protocol between receivers and the driver's ReceiverTracker.
 
 Both sides import it and it imports neither: it depends only on ``walstream``'s
-codec and errors and on ``wal.handle``'s schema, so an executor that runs a
+codec and errors and on ``walstream.wal.handle``'s schema, so an executor that runs a
 receiver loads no driver code (``tests/test_import_layers.py`` checks it).
 
 * :mod:`walstream.rpc.schemas`  -- Avro schemas of the records both sides exchange

@@ -1,8 +1,8 @@
 """Avro schemas of the records receivers and the driver exchange.
 
-A source range is stored in every block (``receiver.block``) and sent back in a
+A source range is stored in every block (``walstream.receiver.block``) and sent back in a
 registration answer; a received block's info is sent in every AddBlock and logged
-in the driver's events (``driver.events``). Their names and namespaces are part
+in the driver's events (``walstream.driver.events``). Their names and namespaces are part
 of the stored and wire formats and never change. A block's figures (the
 receiver's WAL write of the block and the source ends it knows) travel with its
 AddBlock only, for the driver's metrics; they are never stored.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wal.handle import HANDLE_SCHEMA
+from walstream.wal.handle import HANDLE_SCHEMA
 
 SOURCE_RANGE_SCHEMA: dict[str, Any] = {
     "type": "record",

@@ -2,7 +2,7 @@
 
 Public (this package's names, kept stable):
 
-* :class:`MemoryWAL` -- an in-memory :class:`~wal.base.WriteAheadLog` with fault
+* :class:`MemoryWAL` -- an in-memory :class:`~walstream.wal.base.WriteAheadLog` with fault
   injection (fail the next N writes with an error of your choice, hold writes at a
   gate) and counters; :class:`AsyncMemoryWAL` adds ``write_async``.
 * :func:`wait_until` -- a bounded poll that fails with a message

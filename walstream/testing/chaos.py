@@ -64,9 +64,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from receiver.rate_receiver import generated_line
 from walstream import broker, killpoints, procs
 from walstream.kafka_logging import with_logger
+from walstream.receiver.rate_receiver import generated_line
 from walstream.testing.chaos_config import (
     KILL_POINTS,
     RECEIVER_ONLY_POINTS,
@@ -304,7 +304,7 @@ def _sink_output(bootstrap: str, sink: str, expected: Mapping[str, int],
                  result: ChaosResult) -> dict[int, Counter[str]]:
     """The exactly-once Kafka output per batch; words in / out, batches, lost and
     duplicated into ``result``."""
-    from driver import read_exactly_once
+    from walstream.driver import read_exactly_once
 
     got: Counter[str] = Counter()
     per_batch: dict[int, Counter[str]] = {}

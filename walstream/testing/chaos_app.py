@@ -68,8 +68,8 @@ def main() -> None:
 
     from pyspark import SparkConf, SparkContext
 
-    from driver import KafkaSink, KafkaUtils, StreamingContext
-    from driver.spark import spark_environment
+    from walstream.driver import KafkaSink, KafkaUtils, StreamingContext
+    from walstream.driver.spark import spark_environment
 
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     outd = str(out)
@@ -132,7 +132,7 @@ def progress_recorder(out: Path) -> Any:
     ``progress.jsonl`` (each completed batch: time, records per stream; a batch with a
     failed output operation goes to ``failed.jsonl`` instead),
     ``receivers.jsonl`` (where each receiver started) and ``errors.jsonl``."""
-    from driver import StreamingListener
+    from walstream.driver import StreamingListener
 
     class Recorder(StreamingListener):
         def onStreamingStarted(self, streamingStarted: Any) -> None:  # noqa: N803

@@ -12,8 +12,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from receiver.rate_receiver import generated_line
 from walstream.kafka_logging import with_logger
+from walstream.receiver.rate_receiver import generated_line
 from walstream.testing.chaos_app import MAX_VALUE_BYTES
 from walstream.testing.chaos_config import ChaosConfig
 

@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from receiver.receiver import Receiver
+from walstream.receiver.receiver import Receiver
 from walstream.testing.chaos_app import decode_value
 
 

@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from pyspark import SparkConf, SparkContext
 
-    from driver import KafkaSink, KafkaUtils, StreamingContext
-    from driver.spark import spark_environment
+    from walstream.driver import KafkaSink, KafkaUtils, StreamingContext
+    from walstream.driver.spark import spark_environment
 
     counter = args.out / "copied"  # the records copied so far, kept by the driver
 

@@ -26,18 +26,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from checkpoint.data import CheckpointData
-from checkpoint.files import CheckpointWriter
-from driver.driver_wal import open_driver_wal
-from driver.events import TrackerEvent
-from driver.job_generator import JobGenerator
-from driver.job_scheduler import Job, JobScheduler
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_endpoint import LocalReceiverEndpoint
-from receiver import BlockGeneratorConfig, RateGeneratorReceiver, ReceiverSupervisor
-from receiver.block import Block
-from wal import KafkaWriteAheadLog
 from walstream import killpoints
+from walstream.checkpoint.data import CheckpointData
+from walstream.checkpoint.files import CheckpointWriter
+from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.events import TrackerEvent
+from walstream.driver.job_generator import JobGenerator
+from walstream.driver.job_scheduler import Job, JobScheduler
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.receiver import BlockGeneratorConfig, RateGeneratorReceiver, ReceiverSupervisor
+from walstream.receiver.block import Block
+from walstream.wal import KafkaWriteAheadLog
 
 
 class DumpingTracker(ReceivedBlockTracker):

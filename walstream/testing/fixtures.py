@@ -159,10 +159,10 @@ def walstream_session(bootstrap: str, app_name: str) -> Iterator[Any]:
     partitions); the format unregistered and the SparkContext stopped on exit."""
     from pyspark.sql import SparkSession
 
-    import structured.registry as registry
     import walstream
-    from driver.spark import create_spark_context
-    from driver.streaming_context import CONF_BOOTSTRAP
+    import walstream.structured.registry as registry
+    from walstream.driver.spark import create_spark_context
+    from walstream.driver.streaming_context import CONF_BOOTSTRAP
 
     sc = create_spark_context(app_name, "local[3]", {CONF_BOOTSTRAP: bootstrap,
                                                      "spark.sql.shuffle.partitions": "2"})

@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from pyspark import SparkConf, SparkContext
 
-    from driver import KafkaSink, KafkaUtils, StreamingContext
-    from driver.spark import spark_environment
-    from receiver.rate_receiver import RateGeneratorReceiver
+    from walstream.driver import KafkaSink, KafkaUtils, StreamingContext
+    from walstream.driver.spark import spark_environment
+    from walstream.receiver.rate_receiver import RateGeneratorReceiver
     from walstream.testing.committing_receiver import CommittingKafkaReceiver
 
     out, sink_topic, bootstrap = str(args.out), args.sink, args.bootstrap

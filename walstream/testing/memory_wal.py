@@ -1,13 +1,13 @@
 """The in-memory write-ahead log of the test kit: the WAL contract, failures on demand.
 
-:class:`MemoryWAL` is a real :class:`~wal.base.WriteAheadLog` (``write``, ``read``,
+:class:`MemoryWAL` is a real :class:`~walstream.wal.base.WriteAheadLog` (``write``, ``read``,
 ``read_all``, ``clean``, ``close``; thread-safe) that keeps its records in a list.
 Its fault injection is a set of plain attributes a test sets while the log is in use:
 
 ``fail_writes``
     how many of the next writes fail (``-1``: every write, until set back to ``0``);
 ``fail_with``
-    makes the exception such a write raises (default :class:`~wal.errors.WalWriteError`);
+    makes the exception such a write raises (default :class:`~walstream.wal.errors.WalWriteError`);
 ``gate``
     a :class:`threading.Event`, set by default; clear it to hold every write (before it
     is stored or failed) until it is set again.
@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from wal.base import WriteAheadLog
-from wal.errors import RecordNotFoundError, WalClosedError, WalWriteError
-from wal.handle import RecordHandle
+from walstream.wal.base import WriteAheadLog
+from walstream.wal.errors import RecordNotFoundError, WalClosedError, WalWriteError
+from walstream.wal.handle import RecordHandle
 
 Entry = tuple[bytes, int]  # (record, time_ms)
 

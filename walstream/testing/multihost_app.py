@@ -59,14 +59,14 @@ TAGS = {"receiver": "r", "direct": "d", "structured": "s"}
 def run_app(args: argparse.Namespace) -> None:
     from pyspark import SparkConf, SparkContext, cloudpickle
 
-    from driver import KafkaSink, KafkaUtils, StreamingContext
+    from walstream.driver import KafkaSink, KafkaUtils, StreamingContext
 
     cloudpickle.register_pickle_by_value(chaos_app)
     # The driver's own lines (receivers, restarts, each batch's blocks) go to the
     # log the test shows when a check fails.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("driver.input_streams").setLevel(logging.DEBUG)
+    logging.getLogger("walstream.driver.input_streams").setLevel(logging.DEBUG)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     outd, bootstrap, batch = str(out), args.bootstrap, args.batch
@@ -130,7 +130,7 @@ def run_query(args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
 
     import walstream
-    from driver import KafkaSink
+    from walstream.driver import KafkaSink
 
     cloudpickle.register_pickle_by_value(chaos_app)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -193,7 +193,7 @@ def feed(args: argparse.Namespace) -> None:
 def read_counts(bootstrap: str, sink: str) -> dict[str, Any]:
     """The sink's per-batch counts read exactly once, summed per stream tag and word,
     and the attempts with a commit marker that lacked records (torn)."""
-    from driver.kafka_sink import read_exactly_once
+    from walstream.driver.kafka_sink import read_exactly_once
 
     counts: dict[str, Counter[str]] = {tag: Counter() for tag in TAGS.values()}
     batches: set[int] = set()
@@ -219,11 +219,11 @@ def forge(args: argparse.Namespace) -> None:
     them, once with no secret and once with a guessed one; prints each answer."""
     import grpc
 
-    from receiver.block import SourceRange
-    from receiver.block_info import ReceivedBlockInfo
-    from receiver.driver_client import DriverClient
-    from wal.handle import RecordHandle
+    from walstream.receiver.block import SourceRange
+    from walstream.receiver.block_info import ReceivedBlockInfo
+    from walstream.receiver.driver_client import DriverClient
     from walstream.rpc.auth import EndpointCredentials
+    from walstream.wal.handle import RecordHandle
 
     def attempt(call: Any) -> dict[str, Any]:
         try:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from receiver.rate_receiver import generated_line
+from walstream.receiver.rate_receiver import generated_line
 
 
 def expected_counts(seed: int, total: int) -> dict[str, int]:
@@ -55,9 +55,9 @@ def main() -> None:
 
     from pyspark import SparkConf, SparkContext
 
-    from driver import StreamingContext
-    from driver.spark import spark_environment
-    from receiver.rate_receiver import RateGeneratorReceiver
+    from walstream.driver import StreamingContext
+    from walstream.driver.spark import spark_environment
+    from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
     def setup() -> StreamingContext:
         spark_environment()

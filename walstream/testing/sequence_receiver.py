@@ -5,7 +5,7 @@ checks by the items alone."""
 
 from __future__ import annotations
 
-from receiver.rate_receiver import RateGeneratorReceiver
+from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
 
 class SequenceReceiver(RateGeneratorReceiver):

@@ -7,7 +7,7 @@ a :class:`~walstream.testing.sequence_receiver.SequenceReceiver` (``item-0`` ..
 file sink to ``SINK`` with ``checkpointLocation=CHECKPOINT``, one micro-batch a
 second. With ``--kafka-source TOPIC --kafka-sink TOPIC`` it reads the source
 topic through ``option("source", "kafka")`` instead and writes each micro-batch
-with ``foreachBatch`` into the exactly-once :class:`~driver.kafka_sink.KafkaSink`.
+with ``foreachBatch`` into the exactly-once :class:`~walstream.driver.kafka_sink.KafkaSink`.
 Started again with the same arguments after a SIGKILL, the query resumes from
 its checkpoint and the source from its logs. It runs until killed.
 """
@@ -42,7 +42,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     import walstream
-    from driver.spark import spark_environment
+    from walstream.driver.spark import spark_environment
 
     spark_environment()
     spark = (SparkSession.builder.master(os.environ.get("WALSTREAM_SPARK_MASTER", "local[3]"))
@@ -66,7 +66,7 @@ def main() -> None:
         reader = reader.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
     writer = reader.load().writeStream.option("checkpointLocation", args.checkpoint)
     if args.kafka_sink:
-        from driver.kafka_sink import KafkaSink
+        from walstream.driver.kafka_sink import KafkaSink
 
         sink = KafkaSink(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.kafka_sink,
                          value=lambda row: row.value)

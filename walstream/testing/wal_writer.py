@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from wal import KafkaWriteAheadLog
+from walstream.wal import KafkaWriteAheadLog
 
 
 def main() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from receiver.receiver import Receiver
-from structured.errors import SourceOptionError
-from structured.options import SourceOptions
+from walstream.receiver.receiver import Receiver
+from walstream.structured.errors import SourceOptionError
+from walstream.structured.options import SourceOptions
 
 
 def _user_receiver(spec: str, args: Any) -> Receiver:
@@ -34,7 +34,7 @@ def build_receivers(options: SourceOptions, bootstrap_servers: str) -> dict[int,
     partition of its topics), so it runs at most one receiver per topic."""
     n = options.num_receivers
     if options.source == "kafka":
-        from receiver.kafka_receiver import KafkaReceiver
+        from walstream.receiver.kafka_receiver import KafkaReceiver
 
         if n > len(options.topics):
             raise SourceOptionError(
@@ -45,11 +45,11 @@ def build_receivers(options: SourceOptions, bootstrap_servers: str) -> dict[int,
                                  kafka_params=dict(options.kafka_settings))
                 for i in range(n)}
     if options.source == "socket":
-        from receiver.socket_receiver import SocketTextReceiver
+        from walstream.receiver.socket_receiver import SocketTextReceiver
 
         return {i: SocketTextReceiver(options.host, options.port) for i in range(n)}
     if options.source == "rate":
-        from receiver.rate_receiver import RateGeneratorReceiver
+        from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
         return {i: RateGeneratorReceiver(options.rows_per_second, seed=i) for i in range(n)}
     return {i: _user_receiver(options.receiver, options.receiver_args) for i in range(n)}

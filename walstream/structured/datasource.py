@@ -3,7 +3,7 @@ Source API).
 
 Spark calls the reader's offset methods in a Python process its JVM starts for
 the query, and its ``read`` in tasks. Every offset method is a call to the
-source service in the user's driver process (:mod:`structured.service`), where the
+source service in the user's driver process (:mod:`walstream.structured.service`), where the
 receivers and the tracker live; ``read`` reads blocks from Kafka by handle.
 """
 
@@ -20,9 +20,9 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
 )
 
-from structured.options import SourceOptions
-from structured.rows import read_rows, schema_ddl
-from structured.service import ServiceClient
+from walstream.structured.options import SourceOptions
+from walstream.structured.rows import read_rows, schema_ddl
+from walstream.structured.service import ServiceClient
 
 
 class BlockPartition(InputPartition):
@@ -53,7 +53,7 @@ def _limits(options: SourceOptions, limit: ReadLimit | None
 
 
 class WalstreamStreamReader(DataSourceStreamReader):
-    """Offsets are the tracker's allocations (:mod:`structured.offsets`)."""
+    """Offsets are the tracker's allocations (:mod:`walstream.structured.offsets`)."""
 
     def __init__(self, options: SourceOptions, raw_options: dict[str, str],
                  service_file: str) -> None:
@@ -115,7 +115,7 @@ class WalstreamStreamReader(DataSourceStreamReader):
 class WalstreamDataSource(DataSource):
     """``format("walstream")``; :func:`data_source_class` gives the registered one."""
 
-    #: The source service's address file (:class:`structured.service.SourceService`).
+    #: The source service's address file (:class:`walstream.structured.service.SourceService`).
     service_file = ""
 
     @classmethod

@@ -11,7 +11,7 @@ file's path, never the token, since Spark ships the reader to executors too.
 
 Each call is answered after its effect is durable (an allocation is logged
 before its time is returned). A call that fails answers its error's type and
-text; the client raises the same :mod:`structured.errors` type.
+text; the client raises the same :mod:`walstream.structured.errors` type.
 
 No peer that reaches the loopback ports can stop the queries: both are served by
 one asyncio loop (walstream/bounded_http.py), so an open connection costs no
@@ -39,11 +39,11 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from structured import errors
-from structured.errors import ServiceError, SourceError
-from structured.options import SourceOptions
 from walstream.bounded_http import BoundedHttpServer, Limits, LoopThread, Request, Response
 from walstream.safe_text import escape_controls
+from walstream.structured import errors
+from walstream.structured.errors import ServiceError, SourceError
+from walstream.structured.options import SourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from driver.block_rdd import group_blocks
-from receiver.block_info import ReceivedBlockInfo
-from structured.errors import OffsetError
-from wal.segments import segment_start_of
+from walstream.driver.block_rdd import group_blocks
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.structured.errors import OffsetError
+from walstream.wal.segments import segment_start_of
 
 OFFSET_VERSION = 1
 #: The offset before the first allocation: a new query reads every block kept.

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from structured.errors import RowError
-from structured.options import SourceOptions
+from walstream.structured.errors import RowError
+from walstream.structured.options import SourceOptions
 
 
 def schema_ddl(options: SourceOptions) -> str:
@@ -68,9 +68,9 @@ def read_rows(blocks: Iterable[tuple[int, str, Mapping[str, Any]]], bootstrap_se
               timeout_s: float = 60.0) -> Iterator[tuple[Any, ...]]:
     """The rows of ``blocks`` (``(stream_id, block_id, handle)`` each), read from the
     receivers' logs by handle in a Spark task, block after block, items in order."""
-    from receiver.block import block_items
-    from wal.handle import RecordHandle
-    from wal.reader import WalReader
+    from walstream.receiver.block import block_items
+    from walstream.wal.handle import RecordHandle
+    from walstream.wal.reader import WalReader
     from walstream.worker_heap import freeze_once
 
     freeze_once()

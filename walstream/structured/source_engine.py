@@ -18,7 +18,7 @@ Protocol (each step logged before anything depends on it):
    read from the replayed tracker: the same blocks in every incarnation.
 6. ``commit(end)``: forget the allocations up to ``end`` and clean both logs below
    a threshold that keeps every block a later micro-batch reads
-   (:func:`structured.offsets.clean_threshold`).
+   (:func:`walstream.structured.offsets.clean_threshold`).
 """
 
 from __future__ import annotations
@@ -28,20 +28,20 @@ import threading
 import time
 from typing import Any
 
-from driver.driver_wal import open_driver_wal
-from driver.engine_config import EngineConfig
-from driver.received_block_tracker import ReceivedBlockTracker
-from driver.receiver_tracker import ReceiverTracker
-from driver.streaming_context import CONF_BOOTSTRAP, resolve_bootstrap
-from driver.wal_conf import kafka_settings_of
-from receiver.block_info import ReceivedBlockInfo
-from receiver.supervisor import SupervisorConfig
-from receiver.task import ReceiverTaskSpec
-from structured import offsets
-from structured.errors import OffsetError
-from structured.options import SourceOptions
-from structured.receivers import build_receivers
+from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.streaming_context import CONF_BOOTSTRAP, resolve_bootstrap
+from walstream.driver.wal_conf import kafka_settings_of
 from walstream.killpoints import kill_point
+from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.supervisor import SupervisorConfig
+from walstream.receiver.task import ReceiverTaskSpec
+from walstream.structured import offsets
+from walstream.structured.errors import OffsetError
+from walstream.structured.options import SourceOptions
+from walstream.structured.receivers import build_receivers
 
 log = logging.getLogger(__name__)
 

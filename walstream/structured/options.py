@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from structured.errors import SourceOptionError
+from walstream.structured.errors import SourceOptionError
 
 SOURCES = ("socket", "kafka", "rate")
 DECODINGS = ("utf-8",)

@@ -4,7 +4,7 @@ its sources' engines in this driver process (one per source ``name``).
 The handlers below are the service's operations. Each reader call carries the
 source's options, so the first call of a query (``initial`` for a new query,
 ``latest`` or ``partitions`` for a restarted one) starts that source's engine:
-replay, endpoint, receivers (:mod:`structured.source_engine`). ``stop`` (the
+replay, endpoint, receivers (:mod:`walstream.structured.source_engine`). ``stop`` (the
 query stopped) stops it; so does the end of this process.
 """
 
@@ -16,13 +16,13 @@ import os
 import threading
 from typing import Any
 
-from driver.python_sockets import prefer_unix_sockets
-from structured import offsets
-from structured.datasource import data_source_class
-from structured.errors import ServiceError, SourceOptionError
-from structured.query_floors import QueryFloors
-from structured.service import SourceService, options_of
-from structured.source_engine import SourceEngine
+from walstream.driver.python_sockets import prefer_unix_sockets
+from walstream.structured import offsets
+from walstream.structured.datasource import data_source_class
+from walstream.structured.errors import ServiceError, SourceOptionError
+from walstream.structured.query_floors import QueryFloors
+from walstream.structured.service import SourceService, options_of
+from walstream.structured.source_engine import SourceEngine
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class SourceRegistry:
         blocks = engine.blocks(start, offsets.batch_of(body.get("end")))
         limit = engine.options.max_partitions
         if limit is None:
-            from driver.block_rdd import auto_max_partitions
+            from walstream.driver.block_rdd import auto_max_partitions
 
             limit = auto_max_partitions(self.sc, len(engine.receivers))
         bootstrap, settings = engine.read_settings
