@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stat, bench_broker, machine_info, md_facts, md_table, percentile
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient

@@ -207,9 +207,9 @@ def _executor_of(executor_id: str) -> str:
 def receiver_run(sc: Any, bootstrap: str, admin: Any, sources: Sequence[tuple[str, int]],
                  cfg: IngestConfig, timeout_s: float) -> RunResult:
     """One run: a receiver per ``(topic, records)`` source; see the module docstring."""
-    from walstream.driver.listener import StreamingListenerReceiverStarted
-    from walstream.driver.received_block_tracker import ReceivedBlockTracker
-    from walstream.driver.receiver_tracker import ReceiverTracker
+    from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+    from walstream.driver.scheduler.listener import StreamingListenerReceiverStarted
+    from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
     from walstream.receiver import KafkaReceiver
     from walstream.receiver.task import ReceiverTaskSpec
     from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
@@ -293,7 +293,7 @@ def receiver_run(sc: Any, bootstrap: str, admin: Any, sources: Sequence[tuple[st
 
 
 def _wait_executors(sc: Any, n: int, timeout_s: float = 90.0) -> list[Any]:
-    from walstream.driver.receiver_scheduling import executors_of
+    from walstream.driver.receiver_tracker.scheduling import executors_of
 
     deadline = time.monotonic() + timeout_s
     while True:

@@ -167,11 +167,17 @@ def _profiled_receiver(driver: str, credentials: Any, bootstrap: str, app: str, 
             blocks.append((start, now(), cur.get("wal", 0.0), cur.get("add", 0.0),
                            pending.count, len(pending.payload), encode_s, pc() - t1))
 
-        def _store(self, pending: Any) -> Any:
-            t1 = pc()
-            handle = super()._store(pending)
-            cur["wal"] = pc() - t1
-            return handle
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            store = self.blocks.store
+
+            def timed_store(pending: Any) -> Any:  # step 1: the block handler's WAL write
+                t1 = pc()
+                handle = store(pending)
+                cur["wal"] = pc() - t1
+                return handle
+
+            self.blocks.store = timed_store  # type: ignore[method-assign]
 
     receiver = TimedReceiver(bootstrap, f"{app}-group-0", {topic: 1})
     client = TimedClient(driver, credentials=credentials)
@@ -246,9 +252,9 @@ class Profile:
 
 def profile_run(bootstrap: str, admin: Any, topic: str, n: int, cfg: IngestConfig,
                 timeout_s: float) -> Profile:
-    from walstream.driver.listener import StreamingListenerReceiverStarted
-    from walstream.driver.received_block_tracker import ReceivedBlockTracker
-    from walstream.driver.receiver_tracker import ReceiverTracker
+    from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+    from walstream.driver.scheduler.listener import StreamingListenerReceiverStarted
+    from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
     from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
     app = f"bench-ingest-prof-{uuid.uuid4().hex[:8]}"

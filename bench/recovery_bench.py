@@ -115,7 +115,7 @@ RESTART_TIMEOUT_S = 600.0
 
 def ours_backlog_blocks(checkpoint: Path, bootstrap: str, done_ms: int) -> int:
     """Blocks a restart of this service must process: unallocated + after ``done_ms``."""
-    from walstream.driver.checkpoint_inspect import inspect_checkpoint
+    from walstream.driver.dstream.checkpoint_inspect import inspect_checkpoint
 
     state = inspect_checkpoint(str(checkpoint), bootstrap)["tracker"]
     blocks = sum(len(q) for q in state["unallocated"].values())

@@ -4,7 +4,7 @@ The data part holds no user code: stream ids and kinds (the graph's shape and
 fingerprint), pending batch times, the reliable-checkpoint files of state RDDs,
 and the conf; it stays readable across releases and code changes. Next to it,
 ``graph`` holds the DStream graph with the user's functions, pickled with
-PySpark's cloudpickle (``walstream.driver.graph_pickle``), opaque to the data part: it
+PySpark's cloudpickle (``walstream.driver.dstream.graph_pickle``), opaque to the data part: it
 is what ``getOrCreate`` restores without calling ``setupFunc``. It is empty
 (None) when the graph could not be pickled (a warning says why); schema
 version 1 files (before the graph part) read as None too.

@@ -29,13 +29,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from walstream.driver.batch_info import BatchInfo, ReceiverInfo
-from walstream.driver.driver_wal import driver_wal_name, open_driver_wal
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.ha_errors import LeaseReleasedError
-from walstream.driver.job_generator import Checkpointer, JobGenerator
-from walstream.driver.job_scheduler import Job, JobScheduler
-from walstream.driver.listener import (
+from walstream.driver.ha.errors import LeaseReleasedError
+from walstream.driver.ha.output_gate import OutputGate
+from walstream.driver.ha.tracker_tail import TrackerTail
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.batch_info import BatchInfo, ReceiverInfo
+from walstream.driver.scheduler.driver_wal import driver_wal_name, open_driver_wal
+from walstream.driver.scheduler.job_generator import Checkpointer, JobGenerator
+from walstream.driver.scheduler.job_scheduler import Job, JobScheduler
+from walstream.driver.scheduler.listener import (
     ListenerBus,
     ReceiverEvent,
     StreamingListener,
@@ -43,18 +46,15 @@ from walstream.driver.listener import (
     StreamingListenerReceiverStarted,
     StreamingListenerStreamingStarted,
 )
-from walstream.driver.metrics import (
+from walstream.driver.scheduler.rate_controller import PIDRateEstimator, RateController
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.ui.metrics import (
     EngineMetrics,
     Live,
     ReceiverFigures,
     record_recovery,
 )
-from walstream.driver.output_gate import OutputGate
-from walstream.driver.rate_controller import PIDRateEstimator, RateController
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
-from walstream.driver.status_server import StatusServer, serve_status
-from walstream.driver.tracker_tail import TrackerTail
+from walstream.driver.ui.status_server import StatusServer, serve_status
 from walstream.killpoints import kill_point
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.receiver import Receiver
@@ -289,7 +289,7 @@ class StreamingEngine:
             self._build_generator(tracker)
 
     def _driver_wal(self) -> WriteAheadLog:
-        """The driver WAL (driver/driver_wal.py): one log per lease epoch chained by
+        """The driver WAL (driver/scheduler/driver_wal.py): one log per lease epoch chained by
         the cut each new leader writes, where an old leader's late writes can never
         land before the cut; without HA and without links exactly the plain log. A
         chain all the same, so that a driver without HA reads what leaders of an
@@ -310,11 +310,11 @@ class StreamingEngine:
             driver_streams=[s for s in self._stream_ids if s not in self.receivers])
         self._tracker = tracker
 
-    # -- high availability (driver/ha.py drives these) ---------------------------
+    # -- high availability (driver/ha/high_availability.py drives these) ---------------------------
 
     def stand_by(self) -> None:
         """A hot standby's tracker: the driver WAL's chain replayed and then followed
-        as the leader appends (driver/tracker_tail.py); no generator, no endpoint.
+        as the leader appends (driver/ha/tracker_tail.py); no generator, no endpoint.
         The driver WAL's epoch writer is connected meanwhile, in the background, so
         that a takeover does not wait for it."""
         self._follow()
@@ -426,7 +426,7 @@ class StreamingEngine:
            events: an unstarted bus only queues, and drops what its bounded queue
            cannot hold. Before 5 submits jobs: a failing job wakes
            :meth:`await_termination`. With them the status server
-           (:mod:`walstream.driver.status_server`), after 2: its figures read the endpoint.
+           (:mod:`walstream.driver.ui.status_server`), after 2: its figures read the endpoint.
         4. Set each receiver's initial rate limit. Before 5: a completed batch may
            publish the rate controller's limit, which the initial one must not
            overwrite.

@@ -11,20 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from walstream.driver.block_rdd import max_partitions_from_conf
+from walstream.driver.dstream.block_rdd import max_partitions_from_conf
 from walstream.driver.durations import conf_time_ms
-from walstream.driver.endpoint_conf import (
+from walstream.driver.ha.ha_conf import HaConfig
+from walstream.driver.receiver_tracker.endpoint_conf import (
     LOOPBACK,
     EndpointTls,
     endpoint_addresses,
     endpoint_tls,
     spark_auth_secret,
 )
-from walstream.driver.ha_conf import HaConfig
-from walstream.driver.job_generator import DEFAULT_ALLOCATE_BACKOFF_MS, DEFAULT_ALLOCATE_RETRIES
-from walstream.driver.receiver_conf import check_max_block_bytes, max_block_bytes_from_conf
-from walstream.driver.status_server import ui_address
-from walstream.driver.wal_conf import wal_options_from_conf
+from walstream.driver.receiver_tracker.receiver_conf import (
+    check_max_block_bytes,
+    max_block_bytes_from_conf,
+)
+from walstream.driver.scheduler.job_generator import (
+    DEFAULT_ALLOCATE_BACKOFF_MS,
+    DEFAULT_ALLOCATE_RETRIES,
+)
+from walstream.driver.scheduler.wal_conf import wal_options_from_conf
+from walstream.driver.ui.status_server import ui_address
 from walstream.errors import ConfigError
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.rpc.auth import EndpointCredentials
@@ -54,7 +60,7 @@ class EngineConfig:
     backpressure_initial_rate: float = 0.0
     pid: dict[str, str] = field(default_factory=dict)
     # What receivers dial, and what the endpoint listens on ("": endpoint_host);
-    # driver/endpoint_conf.py says how a Spark conf sets them.
+    # driver/receiver_tracker/endpoint_conf.py says how a Spark conf sets them.
     endpoint_host: str = LOOPBACK  # from_spark_conf: the conf's (endpoint_conf.py)
     endpoint_port: int = 0
     endpoint_bind_host: str = ""
@@ -68,7 +74,7 @@ class EngineConfig:
     # spark.authenticate sets one; None: generated at start), and its TLS material.
     endpoint_secret: bytes | None = field(default=None, repr=False)
     endpoint_tls: EndpointTls | None = field(default=None, repr=False)
-    # The status server (driver/status_server.py): port -1 is none, 0 any free one;
+    # The status server (driver/ui/status_server.py): port -1 is none, 0 any free one;
     # ``status_dir`` holds its state file while it runs ("": none).
     ui_host: str = LOOPBACK
     ui_port: int = -1
@@ -77,10 +83,10 @@ class EngineConfig:
     # no status server (the baseline of what the metrics cost).
     metrics_enabled: bool = True
     # spark.walstream.ha.enabled=true: a lease decides leader and hot standby
-    # (driver/ha.py); None: a driver on its own, as without HA.
+    # (driver/ha/high_availability.py); None: a driver on its own, as without HA.
     ha: HaConfig | None = None
     # spark.walstream.blockRdd.maxPartitions: the most partitions a receiver stream's
-    # batch has (driver/block_rdd.py); None: Spark's default parallelism, 0: one a block.
+    # batch has (driver/dstream/block_rdd.py); None: Spark's default parallelism, 0: one a block.
     block_rdd_max_partitions: int | None = None
 
     def __post_init__(self) -> None:

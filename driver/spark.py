@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from walstream import worker_daemon
-from walstream.driver.endpoint_conf import LOOPBACK, is_local_master
 from walstream.driver.python_sockets import unix_sockets_default
+from walstream.driver.receiver_tracker.endpoint_conf import LOOPBACK, is_local_master
 from walstream.jvm_archive import use_archive
 
 DEFAULT_MASTER = "local[3]"

@@ -12,7 +12,7 @@ writes nothing, so it cannot affect any result; when it fails (the context
 stopped at once, say) only a debug line is logged.
 Turned off with ``spark.walstream.warmUpWorkers=false``.
 
-A hot standby (driver/ha.py) keeps them warm while it stands by: Spark ends a
+A hot standby (driver/ha/high_availability.py) keeps them warm while it stands by: Spark ends a
 Python worker left idle for a minute, and a standby runs no batch. So every
 ``KEEP_WARM_PERIOD_S`` it runs the same job with a shuffle after it, the shape of
 a batch's word count, which also keeps the JVM's shuffle path compiled.

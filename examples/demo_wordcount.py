@@ -32,15 +32,15 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from walstream.driver.block_rdd import block_rdd
-from walstream.driver.job_generator import JobGenerator
-from walstream.driver.job_scheduler import Job, JobScheduler
-from walstream.driver.listener import ListenerBus
-from walstream.driver.metrics import EngineMetrics
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.dstream.block_rdd import block_rdd
+from walstream.driver.scheduler.job_generator import JobGenerator
+from walstream.driver.scheduler.job_scheduler import Job, JobScheduler
+from walstream.driver.scheduler.listener import ListenerBus
+from walstream.driver.ui.metrics import EngineMetrics
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
 from walstream.driver.spark import create_spark_context
-from walstream.driver.status_server import serve_status
+from walstream.driver.ui.status_server import serve_status
 from walstream.receiver import BlockGeneratorConfig, KafkaReceiver, ReceiverSupervisor
 from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 from walstream import broker, procs

@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from walstream.driver.block_rdd import block_rdd
-from walstream.driver.driver_wal import open_driver_wal
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.dstream.block_rdd import block_rdd
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.driver_wal import open_driver_wal
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver import BlockGeneratorConfig, Receiver
 from walstream.receiver.task import ReceiverTaskSpec
 from walstream.testing import wait_until

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 import walstream.structured.registry as registry
-from walstream.driver.block_rdd import block_rdd
+from walstream.driver.dstream.block_rdd import block_rdd
 from walstream.driver.engine import EngineConfig, StreamingEngine
-from walstream.driver.job_scheduler import Job
+from walstream.driver.scheduler.job_scheduler import Job
 from walstream.receiver import RateGeneratorReceiver, generated_line
 from walstream.rpc import messages as m
 from walstream.testing import wait_until

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from integration_tests.harness import POLL_S
-from walstream.driver.block_rdd import block_rdd
+from walstream.driver.dstream.block_rdd import block_rdd
 from walstream.driver.engine import EngineConfig, StreamingEngine
 from walstream.driver.errors import JobFailedError
-from walstream.driver.job_scheduler import Job
-from walstream.driver.listener import StreamingListener
+from walstream.driver.scheduler.job_scheduler import Job
+from walstream.driver.scheduler.listener import StreamingListener
 from walstream.driver.spark import create_spark_context
 from walstream.receiver import RateGeneratorReceiver
 from walstream.testing import wait_until

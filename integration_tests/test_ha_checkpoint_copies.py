@@ -18,7 +18,7 @@ import pytest
 
 from walstream.checkpoint.data import CheckpointData
 from walstream.checkpoint.files import checkpoint_files
-from walstream.driver.ha_context import CHECKPOINT_RELOAD_S
+from walstream.driver.ha.takeover import CHECKPOINT_RELOAD_S
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig
 from walstream.testing.chaos_feeder import Feeder

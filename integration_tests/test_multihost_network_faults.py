@@ -188,8 +188,8 @@ HA_CONF = {**FAST_LOSS, "spark.walstream.ha.enabled": "true",
            "spark.walstream.ha.leaseTimeout": "2s", "spark.cores.max": "2"}
 LEADER_PART_S = EXECUTOR_TIMEOUT_S + 10.0
 BROKER_CUT_S = 20.0  # ten lease timeouts
-_STOPPED = re.compile(r"^(\S+ \S+) ERROR walstream\.driver\.ha: high availability: this driver no "
-                      r"longer leads", re.M)
+_STOPPED = re.compile(r"^(\S+ \S+) ERROR walstream\.driver\.ha\.high_availability: "
+                      r"high availability: this driver no longer leads", re.M)
 _LEADS = re.compile(r"high availability: leading epoch (\d+)")
 _STANDS_BY = re.compile(r"high availability: the lease of \S+ is held .*: standing by")
 

@@ -60,12 +60,14 @@ LEASE_S = 2.0
 LEASE = "2s"
 CUT_S = 20.0  # ten lease timeouts
 WAIT_S = 240.0  # bound on each wait, on a loaded 2-core machine
-_STOPPED = re.compile(r"^(\S+ \S+) ERROR walstream\.driver\.ha: high availability: this driver no "
-                      r"longer leads", re.M)
+_STOPPED = re.compile(r"^(\S+ \S+) ERROR walstream\.driver\.ha\.high_availability: "
+                      r"high availability: this driver no longer leads", re.M)
 # Not anchored: Spark's console progress may precede a line on its row.
-_NEW_DATA = re.compile(r"(\d{4}-\d\d-\d\d [\d:]+,\d+) INFO walstream\.driver\.restart_log: first "
+_NEW_DATA = re.compile(r"(\d{4}-\d\d-\d\d [\d:]+,\d+) INFO "
+                       r"walstream\.driver\.scheduler\.restart_log: first "
                        r"batch with new data after the takeover")
-_TOOK_OVER = re.compile(r"(\d{4}-\d\d-\d\d [\d:]+,\d+) INFO walstream\.driver\.ha: high "
+_TOOK_OVER = re.compile(r"(\d{4}-\d\d-\d\d [\d:]+,\d+) INFO "
+                        r"walstream\.driver\.ha\.high_availability: high "
                         r"availability: took over epoch")
 
 

@@ -22,9 +22,9 @@ from confluent_kafka import Producer
 
 from integration_tests.harness import POLL_S, ReceiverPipeline
 from walstream.driver.errors import NotLeaderError
-from walstream.driver.ha_errors import LeaseLostError
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.ha.errors import LeaseLostError
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.driver.spark import create_spark_context
 from walstream.receiver import (
     KafkaReceiver,

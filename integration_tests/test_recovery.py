@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from walstream import procs
-from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.scheduler.driver_wal import open_driver_wal
 from walstream.testing import wait_until
 from walstream.testing.recovery_app import expected_counts
 
@@ -163,7 +163,7 @@ def test_named_kill_point_then_restart_is_exactly_once(
 def _check_inspect(ckpt: Path, bootstrap: str) -> None:
     """`walstream inspect` shows what the restart will start from."""
     from walstream.checkpoint.files import checkpoint_files
-    from walstream.driver.received_block_tracker import ReceivedBlockTracker
+    from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 
     proc = subprocess.run([sys.executable, "-m", "walstream.cli", "inspect", str(ckpt),
                            "--bootstrap", bootstrap], capture_output=True, text=True,

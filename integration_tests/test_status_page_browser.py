@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from walstream.driver import StreamingContext
+from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP
 from walstream.driver.spark import create_spark_context
-from walstream.driver.streaming_context import CONF_BOOTSTRAP
 from walstream.receiver.rate_receiver import RateGeneratorReceiver
 from walstream.testing import wait_until
 from walstream.testing.fixtures import KafkaBroker

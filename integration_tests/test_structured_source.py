@@ -67,7 +67,7 @@ class App:
 
     def sink_values(self) -> list[str]:
         """The KafkaSink topic's records, each micro-batch's attempt read once."""
-        from walstream.driver.kafka_sink import read_exactly_once
+        from walstream.driver.sink.kafka_sink import read_exactly_once
 
         topic = self.extra[self.extra.index("--kafka-sink") + 1]
         return [(v or b"").decode() for _, _, v in

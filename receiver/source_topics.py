@@ -1,7 +1,7 @@
 """Which source topics a receiver's blocks may name in their source ranges.
 
 The driver refuses a block whose source ranges name a topic its stream's receiver
-does not read (``driver/stream_binding.py``): a receiver, or whoever holds its
+does not read (``driver/receiver_tracker/stream_binding.py``): a receiver, or whoever holds its
 session, cannot move another source's positions in the driver's WAL, which a
 relaunched receiver resumes from. A receiver declares its topics with
 :meth:`Receiver.source_topics` (the Kafka receiver its topics, the rate generator

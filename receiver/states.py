@@ -1,7 +1,8 @@
 """ReceiverState: a receiver's lifecycle, one enum for the driver and the executor.
 
 The driver records each input stream's receiver in its endpoint and launcher
-(``walstream.driver.receiver_endpoint``, ``walstream.driver.receiver_tracker``); the executor's
+(``walstream.driver.receiver_tracker.endpoint``,
+``walstream.driver.receiver_tracker.tracker``); the executor's
 :class:`~walstream.receiver.supervisor.ReceiverSupervisor` records its own receiver. Both
 use these states, and the shared ones change on the same messages:
 

@@ -1,7 +1,8 @@
 """ReceiverSupervisor: runs a receiver and turns its data into durable, reported blocks.
 
 Per block, in this order (store before report, report before source ack:
-docs/ARCHITECTURE.md, invariants 1 and 2):
+docs/ARCHITECTURE.md, invariants 1 and 2); step 1 is the block handler's
+(receiver/block_handler.py), steps 2 and 3 are here:
 
 1. Write the encoded block to the receiver's Kafka WAL and wait for ``acks=all``,
    retrying a bounded number of times. If every try fails, raise
@@ -38,15 +39,13 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from walstream.errors import ConfigError
 from walstream.killpoints import kill_point
-from walstream.receiver.block import Block, SourceRange
+from walstream.receiver.block import SourceRange
 from walstream.receiver.block_generator import (
     BlockGenerator,
     BlockGeneratorConfig,
@@ -54,12 +53,12 @@ from walstream.receiver.block_generator import (
     new_block_id,
     split_by_bytes,
 )
+from walstream.receiver.block_handler import PendingBlock, StoreBounds, WalBlockHandler
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
 from walstream.receiver.errors import (
     BadRecordError,
     BlockGeneratorStoppedError,
     BlockReportError,
-    BlockStoreError,
     BlockTooLargeError,
     EndpointSecurityError,
     ReceiverRefusedError,
@@ -72,7 +71,6 @@ from walstream.receiver.states import ReceiverState
 from walstream.receiver.text_run import TextRun
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.wal.base import WriteAheadLog
-from walstream.wal.errors import WalError, WalWriteTimeoutError
 from walstream.wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
@@ -137,19 +135,6 @@ def takes_figures(reporter: Any) -> bool:
     return "figures" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-@dataclass
-class PendingBlock:
-    """A block whose step 1 has begun: encoded, its WAL write maybe in flight."""
-
-    block_id: str
-    count: int
-    source: tuple[SourceRange, ...]
-    payload: bytes
-    future: Future[RecordHandle] | None  # None: step 1 is a synchronous write
-    started_s: float = 0.0  # perf_counter when the (first) write began
-    write_seconds: float | None = None  # the write that was acknowledged, until then
-
-
 class ReceiverSupervisor:
     def __init__(
         self,
@@ -168,6 +153,10 @@ class ReceiverSupervisor:
         self.config = config or SupervisorConfig()
         self.executor_id = executor_id
         self.generator = BlockGenerator(self, stream_id, generator_config)
+        # Step 1 of the protocol (Spark's ReceivedBlockHandler): stores, never reports.
+        self.blocks = WalBlockHandler(wal, stream_id, StoreBounds(
+            self.config.store_retries, self.config.store_backoff_s,
+            self.config.store_timeout_s, self.config.pipelined_store))
         self._sources = SourceTracker()
         self._block_sources: dict[str, tuple[SourceRange, ...]] = {}
         self._receiver_state = ReceiverState.INACTIVE
@@ -437,13 +426,13 @@ class ReceiverSupervisor:
 
     def begin_push_block(self, block_id: str, records: Sequence[Any]) -> PendingBlock | None:
         """Step 1 begun (the generator's pipelined pusher): encode, start the write."""
-        return self._begin(block_id, records, self._block_sources.pop(block_id, ()))
+        return self.blocks.begin(block_id, records, self._block_sources.pop(block_id, ()))
 
     def finish_push_block(self, pending: PendingBlock | None) -> None:
         """Steps 1 (wait, retry) to 3 of a block :meth:`begin_push_block` began."""
         if pending is None:
             return
-        handle = self._store(pending)
+        handle = self.blocks.store(pending)
         kill_point("receiver.after_store_before_report")
         self._report(pending, handle)
 
@@ -459,59 +448,7 @@ class ReceiverSupervisor:
 
     def _push_block(self, block_id: str, records: Sequence[bytes],
                     source: tuple[SourceRange, ...]) -> None:
-        self.finish_push_block(self._begin(block_id, records, source))
-
-    def _begin(self, block_id: str, records: Sequence[bytes],
-               source: tuple[SourceRange, ...]) -> PendingBlock | None:
-        if not records and not source:
-            return None
-        payload = Block(self.stream_id, block_id, records, source).encode()
-        pending = PendingBlock(block_id, len(records), source, payload, None)
-        write_async = getattr(self.wal, "write_async", None)
-        if self.config.pipelined_store and write_async is not None:
-            try:
-                pending.started_s = time.perf_counter()
-                pending.future = write_async(payload, int(time.time() * 1000))
-                pending.future.add_done_callback(_on_done(pending))
-            except WalError as exc:  # the first try failed at once; _store retries
-                failed: Future[RecordHandle] = Future()
-                failed.set_exception(exc)
-                pending.future = failed
-        return pending
-
-    def _store_try(self, pending: PendingBlock, attempt: int) -> RecordHandle:
-        if attempt > 1 or pending.future is None:
-            pending.started_s = time.perf_counter()
-            handle = self.wal.write(pending.payload, int(time.time() * 1000))
-            pending.write_seconds = time.perf_counter() - pending.started_s
-            return handle
-        try:
-            handle = pending.future.result(timeout=self.config.store_timeout_s)
-            if pending.write_seconds is None:  # the done callback has not run yet
-                _acknowledged(pending)
-            return handle
-        except WalError:
-            raise  # the write's own failure (a WalWriteTimeoutError is a TimeoutError too)
-        except FutureTimeout:
-            raise WalWriteTimeoutError(
-                f"no acknowledgement within store_timeout_s={self.config.store_timeout_s}"
-            ) from None
-
-    def _store(self, pending: PendingBlock) -> RecordHandle:
-        """Step 1: the block's WAL handle, after bounded retries; never report what
-        is not stored."""
-        for attempt in range(1, self.config.store_retries + 1):
-            try:
-                return self._store_try(pending, attempt)
-            except WalError as exc:
-                log.warning("stream %d: storing %s failed (try %d/%d): %s", self.stream_id,
-                            pending.block_id, attempt, self.config.store_retries, exc)
-                if attempt == self.config.store_retries:
-                    raise BlockStoreError(
-                        f"block {pending.block_id} of stream {self.stream_id} could not be "
-                        f"stored after {attempt} tries: {exc}") from exc
-                time.sleep(self.config.store_backoff_s * attempt)
-        raise AssertionError("store_retries >= 1")  # unreachable: the config checks it
+        self.finish_push_block(self.blocks.begin(block_id, records, source))
 
     def _report(self, pending: PendingBlock, handle: RecordHandle) -> None:
         """Steps 2 and 3: report, wait for the driver's answer (given after its WAL
@@ -565,12 +502,3 @@ class ReceiverSupervisor:
         return BlockFigures(max(0.0, seconds if seconds is not None else 0.0),
                             len(pending.payload), tuple(ends))
 
-
-def _on_done(pending: PendingBlock) -> Callable[[Future[RecordHandle]], None]:
-    return lambda _: _acknowledged(pending)
-
-
-def _acknowledged(pending: PendingBlock) -> None:
-    """``pending``'s write was acknowledged now (or failed: then a retry measures)."""
-    if pending.write_seconds is None:
-        pending.write_seconds = time.perf_counter() - pending.started_s

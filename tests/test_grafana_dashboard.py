@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from walstream.driver.metrics import EngineMetrics
+from walstream.driver.ui.metrics import EngineMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana-dashboard.json"
 

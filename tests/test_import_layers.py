@@ -213,7 +213,7 @@ def test_driver_public_names_load_on_first_use_and_are_the_defining_modules_obje
     assert set(driver.__all__) <= set(dir(driver))
     from walstream.driver import KafkaUtils, StreamingContext
 
-    assert StreamingContext.__module__ == "walstream.driver.streaming_context"
-    assert KafkaUtils.__module__ == "walstream.driver.kafka_utils"
+    assert StreamingContext.__module__ == "walstream.driver.dstream.streaming_context"
+    assert KafkaUtils.__module__ == "walstream.driver.dstream.kafka_utils"
     with pytest.raises(AttributeError, match="no_such_name"):
         driver.no_such_name  # noqa: B018

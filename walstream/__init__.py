@@ -30,12 +30,12 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "StreamingContext": "walstream.driver.streaming_context",
-    "DStream": "walstream.driver.dstream",
-    "KafkaUtils": "walstream.driver.kafka_utils",
-    "StreamingListener": "walstream.driver.listener",
-    "KafkaSink": "walstream.driver.kafka_sink",
-    "read_exactly_once": "walstream.driver.kafka_sink",
+    "StreamingContext": "walstream.driver.dstream.streaming_context",
+    "DStream": "walstream.driver.dstream.dstream",
+    "KafkaUtils": "walstream.driver.dstream.kafka_utils",
+    "StreamingListener": "walstream.driver.scheduler.listener",
+    "KafkaSink": "walstream.driver.sink.kafka_sink",
+    "read_exactly_once": "walstream.driver.sink.kafka_sink",
     "Receiver": "walstream.receiver.receiver",
     # ``walstream.register(spark)``: the ``readStream.format("walstream")`` source.
     "register": "walstream.structured.registry",
@@ -54,11 +54,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from walstream.driver.dstream import DStream
-    from walstream.driver.kafka_sink import KafkaSink, read_exactly_once
-    from walstream.driver.kafka_utils import KafkaUtils
-    from walstream.driver.listener import StreamingListener
-    from walstream.driver.streaming_context import StreamingContext
+    from walstream.driver.dstream.dstream import DStream
+    from walstream.driver.dstream.kafka_utils import KafkaUtils
+    from walstream.driver.dstream.streaming_context import StreamingContext
+    from walstream.driver.scheduler.listener import StreamingListener
+    from walstream.driver.sink.kafka_sink import KafkaSink, read_exactly_once
     from walstream.receiver.receiver import Receiver
     from walstream.structured.registry import register
 

@@ -87,7 +87,7 @@ def kafka_conf_of(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from walstream.driver.checkpoint_inspect import main_inspect
+    from walstream.driver.dstream.checkpoint_inspect import main_inspect
 
     # The cluster: --bootstrap, else the one the checkpoint's conf names (as the
     # restarted app would use), else the environment or the embedded broker.

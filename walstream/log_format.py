@@ -6,8 +6,8 @@ every module's logger, librdkafka's lines under ``walstream.kafka`` among them) 
 handler writing one JSON object per record to standard
 error, for log shippers::
 
-    {"time": "YYYY-MM-DDThh:mm:ss.mmmZ", "level": "INFO", "logger": "walstream.driver.restart_log",
-     "message": "...", "exc": null}
+    {"time": "YYYY-MM-DDThh:mm:ss.mmmZ", "level": "INFO",
+     "logger": "walstream.driver.scheduler.restart_log", "message": "...", "exc": null}
 
 ``exc`` is the formatted traceback of a record logged with one, else null. Those
 loggers then stop propagating, so a record is written once, as JSON, and not

@@ -1,6 +1,6 @@
 """``walstream status [URL]``: a running driver's status page as terminal tables.
 
-The driver's status server (``driver/status_server.py``) writes ``status.json``
+The driver's status server (``driver/ui/status_server.py``) writes ``status.json``
 (its URL and pid) into its local checkpoint directory, or into
 ``$WALSTREAM_HOME`` without one, and removes it when it stops. Without a URL
 this finds that file; with one it asks that driver. Either way it reads

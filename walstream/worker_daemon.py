@@ -3,7 +3,7 @@ forks, and quiet about workers whose socket the JVM already closed.
 
 Why: PySpark starts one daemon per executor and forks a worker from it for every
 Python task slot; each forked worker then imports ``pyspark.worker`` and, on its
-first task here, this project's modules (``walstream.driver.block_rdd`` for a batch's
+first task here, this project's modules (``walstream.driver.dstream.block_rdd`` for a batch's
 blocks, ``walstream.receiver.task`` for a receiver, with gRPC, confluent-kafka and fastavro).
 A restarted driver starts a new executor, so every one of its workers pays that at
 once, on the way to the first batch. Imported once in the daemon, the modules reach
@@ -32,7 +32,7 @@ PySpark's own diagnostics for a failed flush (a thread dump under
 ``PYTHON_FAULTHANDLER_DIR``) are written before the error reaches this module;
 every other error takes PySpark's path unchanged.
 
-A context restored by ``StreamingContext.getOrCreate`` (``walstream.driver.recovery``)
+A context restored by ``StreamingContext.getOrCreate`` (``walstream.driver.dstream.recovery``)
 and one made by ``walstream.driver.spark.create_spark_context`` set ``spark.python.daemon.module``
 to this module unless the application set that key itself (``pyspark.daemon``
 turns both off). A SparkContext the application builds itself gets it with the
@@ -54,10 +54,10 @@ CONF_KEY = "spark.python.daemon.module"
 # What a worker of this project unpickles or imports on its first task.
 PRELOAD = (
     "pyspark.worker",
-    "walstream.driver.block_rdd",
-    "walstream.driver.direct_stream",
-    "walstream.driver.input_streams",
-    "walstream.driver.kafka_sink",
+    "walstream.driver.dstream.block_rdd",
+    "walstream.driver.dstream.direct_stream",
+    "walstream.driver.dstream.receiver_input_stream",
+    "walstream.driver.sink.kafka_sink",
     "walstream.receiver.task",
     "walstream.receiver.supervisor",
     "walstream.receiver.driver_client",

@@ -15,8 +15,8 @@ import pytest
 
 from tests.api.helpers import BATCH
 from walstream.driver import StreamingContext
+from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP
 from walstream.driver.spark import create_spark_context
-from walstream.driver.streaming_context import CONF_BOOTSTRAP
 from walstream.testing.fixtures import KafkaBroker
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from walstream.driver.kafka_sink import (
+from walstream.driver.sink.kafka_sink import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from walstream.driver.block_rdd import block_rdd, union_rdds
+from walstream.driver.dstream.block_rdd import block_rdd, union_rdds
 from walstream.receiver.block import Block
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.items import encode_item

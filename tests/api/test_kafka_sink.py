@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from tests.api.sink_helpers import raw_records
 from walstream.driver import KafkaSink, read_exactly_once
-from walstream.driver.kafka_sink import (
+from walstream.driver.sink.kafka_sink import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,

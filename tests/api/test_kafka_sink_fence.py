@@ -13,7 +13,7 @@ from confluent_kafka import Consumer
 
 from tests.api.sink_helpers import B1, B2, W, Writer, raw_records, read
 from walstream.driver.errors import DriverError
-from walstream.driver.kafka_sink import (
+from walstream.driver.sink.kafka_sink import (
     H_COMMIT,
     H_EPOCH,
     H_FENCE,

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.api.sink_helpers import B1, B2, W, Writer, raw_records, read
-from walstream.driver.kafka_sink import (
+from walstream.driver.sink.kafka_sink import (
     H_ATTEMPT,
     H_BATCH,
     H_COMMIT,
@@ -33,8 +33,8 @@ from walstream.driver.kafka_sink import (
     graph_sink_writers,
     read_exactly_once,
 )
-from walstream.driver.output_writer import current_writer, output_writer, writing_as
-from walstream.driver.sink_reader import RECORD_OVERHEAD_BYTES
+from walstream.driver.sink.output_writer import current_writer, output_writer, writing_as
+from walstream.driver.sink.sink_reader import RECORD_OVERHEAD_BYTES
 from walstream.errors import ConfigError
 
 T1 = datetime.datetime(2026, 11, 22, 5, 0, 1)

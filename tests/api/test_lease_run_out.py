@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from walstream.driver import StreamingContext
-from walstream.driver.ha_errors import LeaseIOError, LeaseLostError
+from walstream.driver.ha.errors import LeaseIOError, LeaseLostError
 from walstream.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

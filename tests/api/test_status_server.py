@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.api.helpers import TIMEOUT, LineServer
 from walstream import cli
 from walstream.driver import KafkaUtils, StreamingContext, StreamingListener
-from walstream.driver.status_server import PORT_KEY
+from walstream.driver.ui.status_server import PORT_KEY
 from walstream.status_view import STATE_FILE
 from walstream.testing import wait_until
 

@@ -408,7 +408,7 @@ def _recorded(outd: str) -> list[tuple[int, list[int]]]:
 
 def test_file_stream_after_restart_reads_only_new_files(
         make_ssc: Callable[..., StreamingContext], tmp_path: Any) -> None:
-    """Each batch's file list is logged (driver/file_stream.py): after a restart with
+    """Each batch's file list is logged (driver/dstream/file_stream.py): after a restart with
     getOrCreate, a re-run of a batch that was pending reads exactly the files its first
     run read, and no file lands in two different batches: neither the files present at
     the first start nor the ones earlier batches read; files that arrived while the

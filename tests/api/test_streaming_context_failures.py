@@ -12,7 +12,7 @@ import pytest
 
 from tests.api.helpers import TIMEOUT
 from walstream.driver import KafkaUtils, StreamingContext
-from walstream.driver.direct_stream import DirectKafkaInputDStream
+from walstream.driver.dstream.direct_stream import DirectKafkaInputDStream
 from walstream.driver.errors import JobFailedError
 from walstream.testing import wait_until
 
@@ -51,8 +51,8 @@ def test_direct_stream_probe_failing_stops_context_and_await_termination_raises_
 
 def _driver_wal_events(bootstrap: str, app_id: str) -> list[Any]:
     """Every tracker event the driver WAL holds, in order."""
-    from walstream.driver.driver_wal import open_driver_wal
-    from walstream.driver.events import decode_event
+    from walstream.driver.scheduler.driver_wal import open_driver_wal
+    from walstream.driver.scheduler.tracker_events import decode_event
 
     log = open_driver_wal(bootstrap, app_id)
     try:
@@ -67,7 +67,7 @@ def test_failed_output_batch_is_not_completed_and_keeps_its_blocks(
     run and are cleaned up, but the failed one stays pending (in every checkpoint),
     is never cleaned up, and its blocks stay allocated to it in the driver WAL."""
     from walstream.checkpoint.files import read_latest
-    from walstream.driver.events import BatchAllocation, BatchCleanup
+    from walstream.driver.scheduler.tracker_events import BatchAllocation, BatchCleanup
     from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
     cpd = str(tmp_path / "cp")
@@ -125,7 +125,7 @@ def test_graceful_stop_of_checkpointed_context_logs_last_cleanup_without_errors(
     stop logs no error and prints no traceback."""
     import logging
 
-    from walstream.driver.events import BatchCleanup
+    from walstream.driver.scheduler.tracker_events import BatchCleanup
     from walstream.receiver.rate_receiver import RateGeneratorReceiver
 
     ssc.checkpoint(str(tmp_path / "cp"))

@@ -23,7 +23,7 @@ def test_a_task_runs_in_a_worker_forked_from_the_preloading_daemon(sc: Any) -> N
         # This function (pickled by value) names none of them: only the daemon
         # could have imported them.
         return [("walstream.receiver.task" in sys.modules
-                 and "walstream.driver.block_rdd" in sys.modules,
+                 and "walstream.driver.dstream.block_rdd" in sys.modules,
                  parent)]
 
     got = sc.parallelize([0, 1, 2], 3).mapPartitions(what_the_worker_had).collect()

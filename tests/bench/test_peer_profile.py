@@ -61,26 +61,26 @@ def test_parse_frame() -> None:
       f"_UnaryUnaryMultiCallable.__call__ ({SP}/grpc/_channel.py:1100)"], "worker", TRACKER),
     # The driver.
     ([f"_serve ({SP}/grpc/_server.py:1000)",
-      f"ReceiverEndpoint.AddBlock ({R}/driver/receiver_endpoint.py:70)",
-      f"ReceivedBlockTracker.add_block ({R}/driver/received_block_tracker.py:90)",
+      f"ReceiverEndpoint.AddBlock ({R}/driver/receiver_tracker/endpoint.py:70)",
+      f"ReceivedBlockTracker.add_block ({R}/driver/scheduler/received_block_tracker.py:90)",
       f"KafkaWriteAheadLog.write ({R}/wal/kafka_log.py:250)"], "driver", TRACKER),
-    ([f"JobGenerator._run ({R}/driver/job_generator.py:210)",
-      f"block_rdd ({R}/driver/block_rdd.py:140)",
+    ([f"JobGenerator._run ({R}/driver/scheduler/job_generator.py:210)",
+      f"block_rdd ({R}/driver/dstream/block_rdd.py:140)",
       f"SparkContext.parallelize ({SP}/pyspark/core/context.py:800)",
       f"GatewayClient.send_command ({SP}/py4j/java_gateway.py:1000)"], "driver", JOBGEN),
-    ([f"JobScheduler._run ({R}/driver/job_scheduler.py:100)",
+    ([f"JobScheduler._run ({R}/driver/scheduler/job_scheduler.py:100)",
       f"_record ({R}/bench/peer_app.py:60)",
       f"RDD.sum ({SP}/pyspark/core/rdd.py:2000)"], "driver", USER),
     ([f"CallbackConnection.run ({SP}/py4j/clientserver.py:500)",
       f"GatewayConnection.send_command ({SP}/py4j/clientserver.py:520)"], "driver", SPARK),
     # The tasks: reading blocks is driven by the shuffle above it; the user's lambdas.
     ([*WORKER, f"ExternalMerger.mergeValues ({SP}/pyspark/shuffle.py:250)",
-               f"_read_blocks ({R}/driver/block_rdd.py:105)",
+               f"_read_blocks ({R}/driver/dstream/block_rdd.py:105)",
                f"WalReader.read_many ({R}/wal/reader.py:300)"], "worker", READ),
     ([*WORKER, f"ExternalMerger.mergeValues ({SP}/pyspark/shuffle.py:250)",
-               f"_read_blocks ({R}/driver/block_rdd.py:105)",
+               f"_read_blocks ({R}/driver/dstream/block_rdd.py:105)",
                f"decode_item ({R}/receiver/items.py:130)"], "worker", READ),
-    ([*WORKER, f"_read_blocks ({R}/driver/block_rdd.py:105)",
+    ([*WORKER, f"_read_blocks ({R}/driver/dstream/block_rdd.py:105)",
                f"Block.decode ({R}/receiver/block.py:110)"], "worker", READ),
     ([*WORKER, f"ExternalMerger.mergeValues ({SP}/pyspark/shuffle.py:250)",
                f"main.<locals>.setup.<locals>.<lambda> ({R}/bench/peer_app.py:120)"],
@@ -90,7 +90,7 @@ def test_parse_frame() -> None:
      "worker", SPARK),
     # Neither: other Python.
     ([f"Thread._bootstrap ({STD}/threading.py:1002)",
-      f"ListenerBus._run ({R}/driver/listener.py:190)"], "driver", OTHER),
+      f"ListenerBus._run ({R}/driver/scheduler/listener.py:190)"], "driver", OTHER),
     ([f"Recorder.onBatchCompleted ({R}/bench/peer_app.py:150)"], "driver", OTHER),
     ([f"Thread._bootstrap ({STD}/threading.py:1002)"], "driver", OTHER),
     ([f"main ({R}/bench/peer_app.py:160)", f"Event.wait ({STD}/threading.py:600)"],
@@ -102,9 +102,9 @@ def test_classify(stack: list[str], side: str, part: str) -> None:
 
 def test_classify_other_names_the_leaf_most_non_stdlib_file() -> None:
     stack = [f"Thread._bootstrap ({STD}/threading.py:1002)",
-             f"MetricsServer.serve ({R}/driver/status_server.py:50)",
+             f"MetricsServer.serve ({R}/driver/ui/status_server.py:50)",
              f"BaseServer.serve_forever ({STD}/socketserver.py:200)"]
-    assert classify(stack, "driver") == (OTHER, "driver/status_server.py")
+    assert classify(stack, "driver") == (OTHER, "driver/ui/status_server.py")
     assert classify([f"run ({STD}/threading.py:900)"], "driver") == (
         OTHER, "stdlib:threading.py")
     assert classify([], "worker") == (OTHER, "(no frames)")
@@ -127,7 +127,7 @@ def test_native_threads() -> None:
 
 RAW = "\n".join([
     'process 10:"python -c import sys, bench.peer_app as a; sys.exit(a.main()) --impl ours";'
-    f"thread (11): job-generator;JobGenerator._run ({R}/driver/job_generator.py:210) 30",
+    f"thread (11): job-generator;JobGenerator._run ({R}/driver/scheduler/job_generator.py:210) 30",
     'process 10:"python -c x; y";process 20:"java -cp x";process 30:"python -m daemon";'
     'process 31:"python -m daemon";thread (32): socket-receiver;'
     f"SocketReceiver._read_lines ({R}/receiver/socket_receiver.py:120) 50",

@@ -31,7 +31,6 @@ from walstream.checkpoint.errors import (
 )
 from walstream.checkpoint.fence import Fence, identity
 from walstream.checkpoint.files import (
-    CheckpointWriter,
     checkpoint_entries,
     checkpoint_files,
     checkpoint_name,
@@ -41,6 +40,7 @@ from walstream.checkpoint.files import (
     write_checkpoint,
     write_fence,
 )
+from walstream.checkpoint.writer import CheckpointWriter
 
 
 def _ck(t: int, epoch: int = 0, **kw: Any) -> CheckpointData:

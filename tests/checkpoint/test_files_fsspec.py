@@ -11,11 +11,11 @@ import pytest
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.errors import CheckpointWriteError
 from walstream.checkpoint.files import (
-    CheckpointWriter,
     checkpoint_files,
     read_latest,
     write_checkpoint,
 )
+from walstream.checkpoint.writer import CheckpointWriter
 from walstream.testing import wait_until
 
 

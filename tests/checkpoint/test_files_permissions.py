@@ -16,12 +16,12 @@ import pytest
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.errors import CheckpointError, UnsafeCheckpointDirError
 from walstream.checkpoint.files import (
-    CheckpointWriter,
     prepare_directory,
     read_latest,
     write_checkpoint,
 )
-from walstream.driver.streaming_context import StreamingContext
+from walstream.checkpoint.writer import CheckpointWriter
+from walstream.driver.dstream.streaming_context import StreamingContext
 
 OTHER_UID = 65534  # nobody
 

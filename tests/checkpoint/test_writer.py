@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.errors import CheckpointWriteError
-from walstream.checkpoint.files import CheckpointWriter, checkpoint_files, read_latest
+from walstream.checkpoint.files import checkpoint_files, read_latest
+from walstream.checkpoint.writer import CheckpointWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 

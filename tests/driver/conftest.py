@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.driver.generator_harness import Harness
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.testing import MemoryWAL
 
 

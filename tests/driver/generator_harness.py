@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 
 from tests.driver.helpers import INTERVAL
-from walstream.driver.job_generator import JobGenerator
-from walstream.driver.job_scheduler import Job, JobScheduler
-from walstream.driver.listener import ListenerBus
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.job_generator import JobGenerator
+from walstream.driver.scheduler.job_scheduler import Job, JobScheduler
+from walstream.driver.scheduler.listener import ListenerBus
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import MemoryWAL

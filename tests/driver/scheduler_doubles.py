@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.driver.helpers import WAIT_S
-from walstream.driver.batch_info import BatchInfo, OutputOperationInfo
-from walstream.driver.job_scheduler import Job, JobScheduler
-from walstream.driver.listener import ListenerBus, StreamingListener
+from walstream.driver.scheduler.batch_info import BatchInfo, OutputOperationInfo
+from walstream.driver.scheduler.job_scheduler import Job, JobScheduler
+from walstream.driver.scheduler.listener import ListenerBus, StreamingListener
 
 
 class Collector(StreamingListener):

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from walstream.driver.block_rdd import (
+from walstream.driver.dstream.block_rdd import (
     CONF_MAX_PARTITIONS,
     auto_max_partitions,
     group_blocks,

@@ -16,11 +16,11 @@ import pytest
 
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.files import write_checkpoint
-from walstream.driver.checkpoint_inspect import inspect_checkpoint
-from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.dstream.checkpoint_inspect import inspect_checkpoint
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.wal_conf import TOPIC_PREFIX_KEY
+from walstream.driver.scheduler.driver_wal import open_driver_wal
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.wal_conf import TOPIC_PREFIX_KEY
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.wal import RecordHandle, WriteAheadLog

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from walstream.checkpoint.files import read_latest
-from walstream.driver.events import decode_event
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_events import decode_event
 from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog
 
 KILL_POINTS = [

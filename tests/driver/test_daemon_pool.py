@@ -1,4 +1,4 @@
-"""driver/daemon_pool.py: calls run in order on daemon threads, a failing call does
+"""driver/scheduler/daemon_pool.py: calls run in order on daemon threads, a failing call does
 not end its worker, nothing runs after shutdown, and queued calls can be dropped."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from walstream.driver.daemon_pool import DaemonThreadPool
+from walstream.driver.scheduler.daemon_pool import DaemonThreadPool
 
 
 def test_calls_run_in_order_on_daemon_threads_and_a_failure_is_survived(

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from tests.driver.helpers import CommandFollower, assert_no_leak
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient
@@ -383,7 +383,7 @@ def test_credentials_derive_from_a_secret_per_application() -> None:
 
 
 def test_endpoint_limits_keep_room_for_a_session_token() -> None:
-    from walstream.driver.endpoint_limits import EndpointLimits
+    from walstream.driver.receiver_tracker.endpoint_limits import EndpointLimits
 
     with pytest.raises(ValueError, match="max_name_bytes must be >= 43"):
         EndpointLimits(max_name_bytes=auth.SESSION_TOKEN_CHARS - 1)

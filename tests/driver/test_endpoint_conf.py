@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from walstream.driver.endpoint_conf import (
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.receiver_tracker.endpoint_conf import (
     BIND_KEY,
     HOST_KEY,
     PORT_KEY,
@@ -12,9 +13,8 @@ from walstream.driver.endpoint_conf import (
     endpoint_addresses,
     host_port,
 )
-from walstream.driver.engine_config import EngineConfig
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.errors import ConfigError
 from walstream.receiver.driver_client import DriverClient
 

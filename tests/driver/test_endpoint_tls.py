@@ -10,7 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from walstream.driver.endpoint_conf import (
+from walstream.driver.engine_config import EngineConfig
+from walstream.driver.receiver_tracker.endpoint_conf import (
     SSL_CERT_FILE_KEY,
     SSL_ENABLED_KEY,
     SSL_KEY_FILE_KEY,
@@ -19,9 +20,8 @@ from walstream.driver.endpoint_conf import (
     endpoint_tls,
     spark_auth_secret,
 )
-from walstream.driver.engine_config import EngineConfig
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.errors import ConfigError
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo

@@ -18,9 +18,9 @@ from tests.driver.generator_harness import block
 from tests.driver.helpers import INTERVAL, WAIT_S
 from walstream.driver.engine import StreamingEngine
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.job_scheduler import Job
-from walstream.driver.listener import StreamingListener
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.job_scheduler import Job
+from walstream.driver.scheduler.listener import StreamingListener
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing import wait_until
 from walstream.wal import BatchedWriteAheadLog, EpochChainLog, KafkaWriteAheadLog

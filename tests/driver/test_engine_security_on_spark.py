@@ -11,11 +11,15 @@ from typing import Any
 
 import pytest
 
-from walstream.driver.block_rdd import block_rdd
-from walstream.driver.endpoint_conf import SSL_CERT_FILE_KEY, SSL_ENABLED_KEY, SSL_KEY_FILE_KEY
+from walstream.driver.dstream.block_rdd import block_rdd
 from walstream.driver.engine import StreamingEngine
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.job_scheduler import Job
+from walstream.driver.receiver_tracker.endpoint_conf import (
+    SSL_CERT_FILE_KEY,
+    SSL_ENABLED_KEY,
+    SSL_KEY_FILE_KEY,
+)
+from walstream.driver.scheduler.job_scheduler import Job
 from walstream.driver.spark import create_spark_context
 from walstream.receiver import RateGeneratorReceiver
 from walstream.rpc import auth

@@ -11,7 +11,7 @@ from tests.walstream.fuzz_checks import (
     huge_lengths,
 )
 from walstream.avro_codec import avro_long
-from walstream.driver.events import (
+from walstream.driver.scheduler.tracker_events import (
     EVENT_CODEC,
     BatchAllocation,
     BatchCleanup,
@@ -87,7 +87,7 @@ def test_an_invalid_handle_inside_a_valid_encoding_raises_a_typed_error() -> Non
 
 
 def test_an_event_above_max_event_bytes_is_refused_before_decoding() -> None:
-    from walstream.driver.events import MAX_EVENT_BYTES
+    from walstream.driver.scheduler.tracker_events import MAX_EVENT_BYTES
 
     assert EVENT_CODEC.max_bytes == MAX_EVENT_BYTES >= 256 * 1024 * 1024
     with pytest.raises(CorruptDataError, match="max 10"):

@@ -9,7 +9,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from walstream.driver.events import (
+from walstream.driver.scheduler.tracker_events import (
     EVENT_CODEC,
     EVENT_SCHEMA_V1,
     BatchAllocation,

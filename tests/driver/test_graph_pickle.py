@@ -14,9 +14,9 @@ import pytest
 from walstream.checkpoint.data import CheckpointData
 from walstream.checkpoint.errors import GraphLoadError
 from walstream.checkpoint.files import read_latest, write_checkpoint
-from walstream.driver.graph import DStreamGraph
-from walstream.driver.graph_pickle import dumps_graph, loads_graph
-from walstream.driver.recovery import recovered_conf
+from walstream.driver.dstream.graph import DStreamGraph
+from walstream.driver.dstream.graph_pickle import dumps_graph, loads_graph
+from walstream.driver.dstream.recovery import recovered_conf
 
 
 def _data(graph: bytes | None) -> CheckpointData:

@@ -1,8 +1,8 @@
-"""driver/ha.py against the real broker: of two participants the first leads and the
-second stands by; a leader's stop releases the lease, after which its own WAL clean
-check says so (not a failure), and the standby leads the next epoch at once. A lease
-log that does not answer in time at start (a loaded or restarting broker) makes the
-process stand by and keep trying, not exit."""
+"""driver/ha/high_availability.py against the real broker: of two participants the
+first leads and the second stands by; a leader's stop releases the lease, after
+which its own WAL clean check says so (not a failure), and the standby leads the
+next epoch at once. A lease log that does not answer in time at start (a loaded or
+restarting broker) makes the process stand by and keep trying, not exit."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from walstream.driver.ha import HighAvailability
-from walstream.driver.ha_conf import HaConfig
-from walstream.driver.ha_errors import LeaseError, LeaseIOError, LeaseReleasedError
-from walstream.driver.lease import Lease
+from walstream.driver.ha.errors import LeaseError, LeaseIOError, LeaseReleasedError
+from walstream.driver.ha.ha_conf import HaConfig
+from walstream.driver.ha.high_availability import HighAvailability
+from walstream.driver.ha.lease import Lease
 
 WAIT_S = 30.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.ha_conf import HaConfig
+from walstream.driver.ha.ha_conf import HaConfig
 from walstream.errors import ConfigError
 
 

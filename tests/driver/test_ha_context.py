@@ -1,5 +1,5 @@
 """A standby keeps the newest checkpoint read and checked while it stands by
-(driver/ha_context.py): a newer compatible one replaces the one it started with; one
+(driver/ha/takeover.py): a newer compatible one replaces the one it started with; one
 its graph cannot restore stops it at once with the reason, not at its takeover."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.data import CheckpointData, StateRdd
 from walstream.checkpoint.files import read_latest, write_checkpoint
-from walstream.driver import ha_context
-from walstream.driver.ha_context import HighAvailabilityMixin
-from walstream.driver.recovery import ContextView, IncompatibleGraphError
+from walstream.driver.dstream.recovery import ContextView, IncompatibleGraphError
+from walstream.driver.ha import takeover as ha_context
+from walstream.driver.ha.takeover import HighAvailabilityMixin
 
 SHAPE = ("receiver:R#0()", "updateStateByKey#1(0)", "output:foreachRDD#2(1)")
 
@@ -143,7 +143,7 @@ def test_a_leader_releases_its_lease_only_after_its_receivers_stopped(role: str)
     driver's receivers report their last blocks: logged past the cut, counted by
     no batch, yet acknowledged. A standby stops watching first instead, so it
     cannot take over while it stops."""
-    from walstream.driver.streaming_context import StreamingContext, StreamingContextState
+    from walstream.driver.dstream.streaming_context import StreamingContext, StreamingContextState
 
     calls: list[str] = []
     ssc = StreamingContext.__new__(StreamingContext)

@@ -15,8 +15,8 @@ import pytest
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.files import write_checkpoint
 from walstream.cli import main
-from walstream.driver.checkpoint_inspect import PROGRESS_LINE_INTERVAL_S, replay_progress
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.dstream.checkpoint_inspect import PROGRESS_LINE_INTERVAL_S, replay_progress
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.progress import ProgressReporter
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo

@@ -17,10 +17,10 @@ import pytest
 
 from tests.driver.generator_harness import Harness, block, ids
 from tests.driver.helpers import INTERVAL, WAIT_S
-from walstream.driver.job_generator import JobGenerator
-from walstream.driver.job_scheduler import Job, JobScheduler
-from walstream.driver.listener import ListenerBus
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.job_generator import JobGenerator
+from walstream.driver.scheduler.job_scheduler import Job, JobScheduler
+from walstream.driver.scheduler.listener import ListenerBus
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

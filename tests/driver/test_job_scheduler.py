@@ -15,10 +15,10 @@ import pytest
 
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job, sleeper
-from walstream.driver.batch_info import BatchInfo
 from walstream.driver.errors import JobFailedError
-from walstream.driver.job_scheduler import JobScheduler
-from walstream.driver.listener import ListenerBus, StreamingListener
+from walstream.driver.scheduler.batch_info import BatchInfo
+from walstream.driver.scheduler.job_scheduler import JobScheduler
+from walstream.driver.scheduler.listener import ListenerBus, StreamingListener
 
 pytestmark = pytest.mark.timeout(30)
 

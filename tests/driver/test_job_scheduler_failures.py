@@ -9,7 +9,7 @@ import pytest
 from tests.driver.generator_harness import Harness, block
 from tests.driver.helpers import WAIT_S
 from walstream.driver.errors import JobFailedError
-from walstream.driver.job_scheduler import Job
+from walstream.driver.scheduler.job_scheduler import Job
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -61,7 +61,7 @@ def test_a_failed_batch_is_one_error_line_naming_each_failed_job(
 
     h = Harness(generate=generate)
     try:
-        with caplog.at_level("WARNING", logger="walstream.driver.job_scheduler"):
+        with caplog.at_level("WARNING", logger="walstream.driver.scheduler.job_scheduler"):
             h.gen.start()
             assert h.scheduler.await_error(WAIT_S) is not None
             t = failed[0]
@@ -71,7 +71,8 @@ def test_a_failed_batch_is_one_error_line_naming_each_failed_job(
     finally:
         h.close()
     errors = [r.getMessage() for r in caplog.records
-              if r.name == "walstream.driver.job_scheduler" and r.levelname in ("ERROR", "WARNING")]
+              if r.name == "walstream.driver.scheduler.job_scheduler"
+              and r.levelname in ("ERROR", "WARNING")]
     assert len(errors) == 1, errors
     assert f"batch {t} failed" in errors[0]
     assert f"save of {t} failed" in errors[0] and f"print of {t} failed" in errors[0]

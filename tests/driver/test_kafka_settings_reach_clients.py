@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from tests.checkpoint.helpers import make_data
-from walstream.driver import block_rdd as block_rdd_module
-from walstream.driver import direct_stream, kafka_sink
-from walstream.driver.checkpoint_inspect import inspect_checkpoint
-from walstream.driver.wal_conf import kafka_settings_of, wal_options_from_conf
+from walstream.driver.dstream import block_rdd as block_rdd_module
+from walstream.driver.dstream import direct_stream
+from walstream.driver.dstream.checkpoint_inspect import inspect_checkpoint
+from walstream.driver.scheduler.wal_conf import kafka_settings_of, wal_options_from_conf
+from walstream.driver.sink import kafka_sink
 from walstream.kafka_settings import REDACTED
 from walstream.receiver.kafka_receiver import KafkaReceiver
 from walstream.wal import epoch_links, kafka_log, reader
@@ -242,7 +243,7 @@ def test_walstream_inspect(recorder: Recorder, monkeypatch: pytest.MonkeyPatch,
 def test_walstream_inspect_output_redacts_secrets(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Any) -> None:
     from walstream.checkpoint.files import write_checkpoint
-    from walstream.driver import checkpoint_inspect
+    from walstream.driver.dstream import checkpoint_inspect
 
     class Tracker:  # the replay, without a broker
         corrupt_events = 0

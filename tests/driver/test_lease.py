@@ -14,20 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from walstream.driver.ha_errors import (
+from walstream.driver.ha.errors import (
     LeaseConfigError,
     LeaseError,
     LeaseFencedError,
     LeaseIOError,
     LeaseLostError,
 )
-from walstream.driver.lease import (
+from walstream.driver.ha.lease import WHY_LOST_BUDGET_S, Lease
+from walstream.driver.ha.lease_log import (
     CLAIM,
     LEASE_CODEC,
     RELEASE,
     RENEW,
-    WHY_LOST_BUDGET_S,
-    Lease,
     LeaseConfig,
     LeaseState,
     ensure_lease_topic,
@@ -238,7 +237,8 @@ def test_contenders_racing_for_a_free_lease_yield_exactly_one_leader(
 
 _CONTENDER = """
 import sys, time
-from walstream.driver.lease import Lease, LeaseConfig
+from walstream.driver.ha.lease import Lease
+from walstream.driver.ha.lease_log import LeaseConfig
 cfg = LeaseConfig(sys.argv[1], sys.argv[2])
 lease = Lease(cfg, sys.argv[3])
 lease.view()
@@ -325,7 +325,7 @@ def test_a_claim_is_above_the_floor_when_the_log_lost_its_history(
     used epoch 7 elsewhere: the next claim is 8, never 1; a contender with a lower
     floor claims below the winner and loses."""
     a, b = make_lease("a"), make_lease("b")
-    with caplog.at_level("WARNING", logger="walstream.driver.lease"):
+    with caplog.at_level("WARNING", logger="walstream.driver.ha.lease"):
         assert a.try_acquire(floor=7) and a.epoch == 8
     assert any("the log is behind" in r.getMessage() for r in caplog.records)
     assert not b.try_acquire(floor=3)
@@ -351,7 +351,7 @@ def test_a_holder_whose_lease_log_went_back_stops_leading_at_once(
     and created again: the holder stops at that renewal, not when its hold runs out.
     (The topic is not really deleted here: against the embedded broker, deleting a
     topic under a live librdkafka consumer crashes the process.)"""
-    from walstream.driver.ha_errors import LeaseLogRecreatedError
+    from walstream.driver.ha.errors import LeaseLogRecreatedError
 
     a = make_lease("a")
     lost: list[LeaseError] = []

@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from walstream import broker, procs
-from walstream.driver.lease import Lease, LeaseConfig, ensure_lease_topic
+from walstream.driver.ha.lease import Lease
+from walstream.driver.ha.lease_log import LeaseConfig, ensure_lease_topic
 
 pytestmark = pytest.mark.timeout(120)
 HELD_S = 6.0

@@ -14,9 +14,9 @@ import pytest
 
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job
-from walstream.driver.batch_info import BatchInfo
-from walstream.driver.job_scheduler import JobScheduler
-from walstream.driver.listener import (
+from walstream.driver.scheduler.batch_info import BatchInfo
+from walstream.driver.scheduler.job_scheduler import JobScheduler
+from walstream.driver.scheduler.listener import (
     ListenerBus,
     StreamingListener,
     StreamingListenerBatchSubmitted,

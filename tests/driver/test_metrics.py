@@ -6,26 +6,26 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from walstream.driver.batch_info import BatchInfo, OutputOperationInfo
-from walstream.driver.events import (
+from walstream.driver.scheduler.batch_info import BatchInfo, OutputOperationInfo
+from walstream.driver.scheduler.listener import (
+    StreamingListenerBatchCompleted,
+    StreamingListenerBatchSubmitted,
+)
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_events import (
     BatchAllocation,
     BatchCleanup,
     BlockAddition,
     encode_event,
     event_kind_of,
 )
-from walstream.driver.listener import (
-    StreamingListenerBatchCompleted,
-    StreamingListenerBatchSubmitted,
-)
-from walstream.driver.metrics import (
+from walstream.driver.ui.metrics import (
     EngineMetrics,
     Live,
     MeteredWriteAheadLog,
     ReceiverFigures,
     record_recovery,
 )
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.testing.memory_wal import MemoryWAL

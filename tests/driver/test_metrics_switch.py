@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from walstream.driver.engine import StreamingEngine
 from walstream.driver.engine_config import CONF_METRICS_ENABLED, EngineConfig
-from walstream.driver.metrics import EngineMetrics
+from walstream.driver.ui.metrics import EngineMetrics
 
 
 def _config(conf: dict[str, str]) -> EngineConfig:

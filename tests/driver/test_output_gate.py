@@ -13,8 +13,8 @@ import pytest
 from tests.driver.helpers import WAIT_S
 from tests.driver.scheduler_doubles import Env, job
 from walstream.driver.errors import NotLeaderError
-from walstream.driver.ha_errors import LeaseFencedError
-from walstream.driver.output_gate import OutputGate
+from walstream.driver.ha.errors import LeaseFencedError
+from walstream.driver.ha.output_gate import OutputGate
 
 pytestmark = pytest.mark.timeout(30)
 

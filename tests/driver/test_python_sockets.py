@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from walstream.driver.dstream.recovery import recovered_conf
 from walstream.driver.python_sockets import DAEMON_KEY, UDS_ENV, UDS_KEY, unix_sockets_default
-from walstream.driver.recovery import recovered_conf
 from walstream.driver.spark import spark_settings
 from walstream.worker_daemon import MODULE as DAEMON_MODULE
 

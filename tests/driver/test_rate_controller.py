@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from walstream.driver.rate_controller import PIDRateEstimator, RateController
+from walstream.driver.scheduler.rate_controller import PIDRateEstimator, RateController
 from walstream.errors import ConfigError
 
 

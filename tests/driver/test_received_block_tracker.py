@@ -8,14 +8,14 @@ from collections.abc import Callable
 import pytest
 
 from walstream.driver.errors import TrackerWriteError
-from walstream.driver.events import (
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_events import (
     EVENT_CODEC,
     BatchAllocation,
     BlockAddition,
     decode_event,
     encode_event,
 )
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.errors import CorruptDataError
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from walstream.driver.checkpoint_inspect import replay_progress
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.dstream.checkpoint_inspect import replay_progress
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.progress import Extent, ProgressReporter, ProgressSnapshot
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
@@ -24,7 +24,7 @@ from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 from walstream.wal.base import ForwardingWriteAheadLog, ReplayProgress
 
 _ids = itertools.count()
-TRACKER_LOG = "walstream.driver.received_block_tracker"
+TRACKER_LOG = "walstream.driver.scheduler.received_block_tracker"
 
 
 class Clock:

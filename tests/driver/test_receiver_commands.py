@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from walstream.driver.receiver_commands import CommandMailbox
+from walstream.driver.receiver_tracker.commands import CommandMailbox
 
 
 def test_mailbox_coalesces_to_at_most_one_command_per_kind() -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from walstream.driver.errors import NotLeaderError
-from walstream.driver.ha_errors import LeaseLostError, LeaseReleasedError
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.ha.errors import LeaseLostError, LeaseReleasedError
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient

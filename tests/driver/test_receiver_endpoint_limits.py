@@ -15,11 +15,11 @@ from typing import Any
 import grpc
 import pytest
 
-from walstream.driver.endpoint_limits import escape_controls
 from walstream.driver.errors import DriverError
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker.endpoint_limits import escape_controls
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient
@@ -128,7 +128,7 @@ def test_report_strings_over_the_limit_are_truncated_before_they_are_kept_or_log
     heard: list[str] = []
     ep._listener = lambda event, stream, detail: heard.append(detail)
     huge = "m" * 1_000_000
-    with caplog.at_level(logging.INFO, logger="walstream.driver.receiver_endpoint"):
+    with caplog.at_level(logging.INFO, logger="walstream.driver.receiver_tracker.endpoint"):
         ep.report_error(0, huge, "e" * 1_000_000)
         ep.deregister_receiver(0, huge, "e" * 1_000_000)
     limit = ep.limits.max_report_chars

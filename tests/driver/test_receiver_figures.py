@@ -13,11 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from walstream.driver.engine import StreamingEngine
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.metrics import MAX_RECEIVER_ENDS, EngineMetrics
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint, sane_figures
-from walstream.driver.receiver_tracker import ReceiverTracker
-from walstream.driver.stream_binding import StreamBinding
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint, sane_figures
+from walstream.driver.receiver_tracker.stream_binding import StreamBinding
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.ui.metrics import MAX_RECEIVER_ENDS, EngineMetrics
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo, SourceEnd
 from walstream.receiver.driver_client import DriverClient

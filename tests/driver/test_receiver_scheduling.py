@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from walstream.driver.receiver_scheduling import (
+from walstream.driver.receiver_tracker.scheduling import (
     ExecutorLocation,
     reschedule_receiver,
     schedule_receivers,

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from walstream.driver import receiver_tracker as rt
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker import tracker as rt
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.driver_client import DriverClient
 
-LOG = "walstream.driver.receiver_tracker"
+LOG = "walstream.driver.receiver_tracker.tracker"
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.driver.helpers import CommandFollower
-from walstream.driver.events import BlockAddition, decode_event
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_events import BlockAddition, decode_event
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient

@@ -16,9 +16,9 @@ from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.data import CheckpointData, StateRdd
 from walstream.checkpoint.errors import CheckpointError, IncompatibleGraphError
 from walstream.checkpoint.files import write_checkpoint
-from walstream.driver.dstream import DStream
-from walstream.driver.graph import DStreamGraph
-from walstream.driver.recovery import (
+from walstream.driver.dstream.dstream import DStream
+from walstream.driver.dstream.graph import DStreamGraph
+from walstream.driver.dstream.recovery import (
     POLICY_KEY,
     UPGRADE_ENV,
     UPGRADE_KEY,
@@ -139,7 +139,7 @@ def test_grid_follows_the_batch_duration() -> None:
 
 
 def test_skipped_batches_are_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="walstream.driver.recovery"):
+    with caplog.at_level(logging.WARNING, logger="walstream.driver.dstream.recovery"):
         times_to_resubmit(_ckpt(5000, ()), 10000, "skip")
     assert "4 missed" in caplog.text
 
@@ -254,7 +254,7 @@ def test_added_output_is_accepted_in_upgrade_mode(value: str,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     data = _checkpoint_of(_stateful_app(FakeContext()))
     new = _stateful_app(FakeContext(conf={UPGRADE_KEY: value}), outputs=2)
-    with caplog.at_level(logging.WARNING, logger="walstream.driver.recovery"):
+    with caplog.at_level(logging.WARNING, logger="walstream.driver.dstream.recovery"):
         _check(new, data)
     assert "upgrade mode" in caplog.text
 
@@ -442,7 +442,7 @@ def test_a_restart_restores_every_named_state_and_knows_the_oldest() -> None:
 def test_state_older_than_every_restored_one_is_an_error_not_a_recomputation() -> None:
     """Recomputing it would start from the stream's zero time, over inputs cleanup
     dropped, through a lineage the DAG scheduler takes exponential time to place."""
-    from walstream.driver.dstream_kinds import StateDStream
+    from walstream.driver.dstream.dstream_kinds import StateDStream
 
     stream = object.__new__(StateDStream)
     stream._slide_ms, stream._zero_ms = 1000, 0
@@ -508,7 +508,7 @@ def test_refusal_names_both_ways_to_upgrade(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_checkpoint_holds_no_secret_and_a_restart_takes_them_from_its_environment(
         tmp_path: Path) -> None:
     from walstream.checkpoint.files import read_latest
-    from walstream.driver.recovery import recovered_conf
+    from walstream.driver.dstream.recovery import recovered_conf
 
     conf = {"spark.walstream.kafka.security.protocol": "SASL_PLAINTEXT",
             "spark.walstream.kafka.sasl.username": "app",

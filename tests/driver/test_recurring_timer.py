@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.driver.helpers import INTERVAL
-from walstream.driver.recurring_timer import RecurringTimer
+from walstream.driver.scheduler.recurring_timer import RecurringTimer
 from walstream.testing import wait_until
 
 pytestmark = pytest.mark.timeout(30)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from walstream.driver.received_block_tracker import (
+from walstream.driver.scheduler.received_block_tracker import (
     REPLAY_LOG_INTERVAL_S,
     ReceivedBlockTracker,
     RecoveryStats,
@@ -21,7 +21,7 @@ from walstream.testing import MemoryWAL
 from walstream.wal import RecordHandle
 
 _ids = itertools.count()
-TRACKER_LOG = "walstream.driver.received_block_tracker"
+TRACKER_LOG = "walstream.driver.scheduler.received_block_tracker"
 
 
 class Clock:

@@ -9,11 +9,11 @@ import logging
 import pytest
 
 from tests.driver.generator_harness import Harness, block
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.restart_log import RestartLog
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.restart_log import RestartLog
 from walstream.testing import MemoryWAL, wait_until
 
-LOG = "walstream.driver.restart_log"
+LOG = "walstream.driver.scheduler.restart_log"
 pytestmark = pytest.mark.timeout(30)
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from walstream.driver.metrics import EngineMetrics
-from walstream.driver.status_server import (
+from walstream.driver.ui.metrics import EngineMetrics
+from walstream.driver.ui.status_server import (
     HOST_KEY,
     LIMITS,
     PORT_KEY,
@@ -139,7 +139,7 @@ def test_a_port_in_use_leaves_the_pipeline_without_the_page(
     taken = socket.create_server(("127.0.0.1", 0))
     try:
         port = taken.getsockname()[1]
-        with caplog.at_level("ERROR", logger="walstream.driver.status_server"):
+        with caplog.at_level("ERROR", logger="walstream.driver.ui.status_server"):
             assert serve_status(EngineMetrics("app"), "127.0.0.1", port) is None
         assert f"cannot bind 127.0.0.1:{port}" in caplog.text
         assert "running without the status page" in caplog.text

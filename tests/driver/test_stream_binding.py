@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from walstream.driver.errors import ForeignBlockError
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
-from walstream.driver.stream_binding import StreamBinding
+from walstream.driver.receiver_tracker.stream_binding import StreamBinding
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from walstream.driver.errors import TrackerFencedError, TrackerWriteError
-from walstream.driver.events import (
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_events import (
     EVENT_CODEC,
     BatchAllocation,
     BlockAddition,
@@ -18,7 +19,6 @@ from walstream.driver.events import (
     decode_event,
     encode_event,
 )
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
 from walstream.errors import ConfigError
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_info import ReceivedBlockInfo
@@ -28,6 +28,7 @@ from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, RecordHandle
 
 STREAMS = (0, 1)
 _ids = itertools.count()
+TRACKER_LOG = "walstream.driver.scheduler.received_block_tracker"
 
 
 def block(stream: int = 0, n: int = 10) -> ReceivedBlockInfo:
@@ -273,7 +274,7 @@ def test_void_events_are_logged_once_per_epoch_with_their_count(
     log = [encode_event(EpochStarted(3)),
            *(encode_event(BlockAddition(block(0), 1)) for _ in range(4)),
            *(encode_event(BlockAddition(block(0), 2)) for _ in range(2))]
-    with caplog.at_level(logging.WARNING, logger="walstream.driver.received_block_tracker"):
+    with caplog.at_level(logging.WARNING, logger=TRACKER_LOG):
         t = over([(d, 1) for d in log])
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert lines == [
@@ -284,7 +285,7 @@ def test_void_events_are_logged_once_per_epoch_with_their_count(
     ]
     caplog.clear()
     # Live on a tail: one line for a new epoch, none for one already reported.
-    with caplog.at_level(logging.WARNING, logger="walstream.driver.received_block_tracker"):
+    with caplog.at_level(logging.WARNING, logger=TRACKER_LOG):
         for epoch in (1, 0, 0, 0, 2):
             assert t.apply_logged(encode_event(BlockAddition(block(0), epoch))) is False
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.wal_conf import COMPRESSION_KEY, TOPIC_PREFIX_KEY, wal_options_from_conf
+from walstream.driver.scheduler.wal_conf import (
+    COMPRESSION_KEY,
+    TOPIC_PREFIX_KEY,
+    wal_options_from_conf,
+)
 from walstream.errors import ConfigError
 from walstream.wal.config import KafkaWalConfig
 

@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from walstream.driver.ha_errors import LeaseLostError
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
+from walstream.driver.ha.errors import LeaseLostError
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.clean_guard import CleanGuard
 from walstream.receiver.driver_client import DriverClient
 from walstream.receiver.errors import CleanRefusedError, DriverProofError

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.receiver.doubles import STREAM, FakeReporter, ScriptReceiver, src
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient
 from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig, takes_figures

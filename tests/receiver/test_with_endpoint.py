@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.receiver.doubles import ScriptReceiver, src, store_each
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.errors import ReceiverRefusedError

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.structured.errors import OffsetError
 from walstream.structured.options import SourceOptions

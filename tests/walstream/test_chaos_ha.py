@@ -25,21 +25,22 @@ def test_lost_and_doubled_count_each_missing_and_each_extra_word() -> None:
 
 
 def test_takeover_lines_are_parsed_from_a_log() -> None:
-    log = ("2026 INFO walstream.driver.ha: high availability: standing by\n"
-           "2026 INFO walstream.driver.ha: high availability: leading epoch 3 of t (taking over)\n"
-           "2026 INFO walstream.driver.ha: high availability: took over epoch 3 in 0.84 s\n"
+    ha = "2026 INFO walstream.driver.ha.high_availability: high availability:"
+    log = (f"{ha} standing by\n"
+           f"{ha} leading epoch 3 of t (taking over)\n"
+           f"{ha} took over epoch 3 in 0.84 s\n"
            "noise took over epoch x in y s\n"
-           "2026 INFO walstream.driver.ha: high availability: took over epoch 12 in 1.50 s\n")
+           f"{ha} took over epoch 12 in 1.50 s\n")
     assert takeovers(log) == [(3, 0.84), (12, 1.5)]
     assert takeovers("") == []
 
 
 def test_a_fenced_leader_is_told_from_a_takeover_step_line() -> None:
-    step = ("INFO walstream.driver.ha_context: high availability: epoch 2 steps: "
+    step = ("INFO walstream.driver.ha.takeover: high availability: epoch 2 steps: "
             "sinks fenced 0.00 s, "
             "checkpoints fenced 0.06 s")
     assert not FENCED.search(step)
-    assert FENCED.search("walstream.driver.ha_errors.LeaseFencedError: "
+    assert FENCED.search("walstream.driver.ha.errors.LeaseFencedError: "
                          "lease holder 'a' of epoch 1 is "
                          "fenced: 'b' holds epoch 2")
     assert FENCED.search("checkpoint 17 of epoch 1 refused: /c is fenced by epoch 2")

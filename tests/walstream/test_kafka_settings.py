@@ -98,7 +98,7 @@ def test_a_non_secret_key_ending_in_file_is_an_ordinary_setting() -> None:
 
 def test_the_application_secret_comes_from_its_file_as_spark_reads_it(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from walstream.driver.endpoint_conf import spark_auth_secret
+    from walstream.driver.receiver_tracker.endpoint_conf import spark_auth_secret
 
     monkeypatch.delenv("_SPARK_AUTH_SECRET", raising=False)
     (tmp_path / "secret").write_text("app-secret\n")

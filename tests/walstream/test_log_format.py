@@ -32,7 +32,7 @@ def test_json_lines_for_the_projects_loggers_only_and_once(
     assert apply_log_format({CONF_KEY: "JSON"}, out) == "json"  # idempotent: one handler
     logging.getLogger("driver").setLevel(logging.INFO)
     with caplog.at_level(logging.INFO):
-        logging.getLogger("walstream.driver.restart_log").info(
+        logging.getLogger("walstream.driver.scheduler.restart_log").info(
             "first batch %d after %.1f s", 7, 2.5)
         try:
             raise ValueError("boom")
@@ -41,7 +41,7 @@ def test_json_lines_for_the_projects_loggers_only_and_once(
         logging.getLogger("someapp").warning("the app's own line")
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(d["level"], d["logger"], d["message"]) for d in lines] == [
-        ("INFO", "walstream.driver.restart_log", "first batch 7 after 2.5 s"),
+        ("INFO", "walstream.driver.scheduler.restart_log", "first batch 7 after 2.5 s"),
         ("ERROR", "walstream.wal.kafka_log", "write failed"),
     ]
     assert lines[0]["exc"] is None

@@ -23,8 +23,8 @@ from walstream.packaging import build, pinned_requirements
 REPO = Path(__file__).resolve().parents[2]
 EXECUTOR_IMPORTS = ("walstream.receiver.task", "walstream.receiver.driver_client",
                     "walstream.wal.reader", "walstream.wal.kafka_log",
-                    "walstream.driver.block_rdd", "walstream.driver.direct_stream",
-                    "walstream.driver.kafka_sink", "walstream.structured.rows",
+                    "walstream.driver.dstream.block_rdd", "walstream.driver.dstream.direct_stream",
+                    "walstream.driver.sink.kafka_sink", "walstream.structured.rows",
                     "walstream.structured.datasource", "walstream.rpc.messages",
                     "confluent_kafka", "fastavro", "grpc", "pyarrow")
 #: Spark's own executor-side modules that need more than PySpark: the Python data

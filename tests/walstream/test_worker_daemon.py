@@ -32,7 +32,7 @@ def test_the_preloaded_modules_import_without_starting_a_thread() -> None:
 
 
 def test_it_preloads_what_a_batch_task_and_a_receiver_task_unpickle() -> None:
-    for name in ("pyspark.worker", "walstream.driver.block_rdd", "walstream.receiver.task"):
+    for name in ("pyspark.worker", "walstream.driver.dstream.block_rdd", "walstream.receiver.task"):
         assert name in worker_daemon.PRELOAD
 
 

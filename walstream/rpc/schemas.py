@@ -2,8 +2,8 @@
 
 A source range is stored in every block (``walstream.receiver.block``) and sent back in a
 registration answer; a received block's info is sent in every AddBlock and logged
-in the driver's events (``walstream.driver.events``). Their names and namespaces are part
-of the stored and wire formats and never change. A block's figures (the
+in the driver's events (``walstream.driver.scheduler.tracker_events``). Their names
+and namespaces are part of the stored and wire formats and never change. A block's figures (the
 receiver's WAL write of the block and the source ends it knows) travel with its
 AddBlock only, for the driver's metrics; they are never stored.
 """

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from walstream.driver.block_rdd import group_blocks
+from walstream.driver.dstream.block_rdd import group_blocks
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.structured.errors import OffsetError
 from walstream.wal.segments import segment_start_of

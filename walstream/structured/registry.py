@@ -86,7 +86,7 @@ class SourceRegistry:
         blocks = engine.blocks(start, offsets.batch_of(body.get("end")))
         limit = engine.options.max_partitions
         if limit is None:
-            from walstream.driver.block_rdd import auto_max_partitions
+            from walstream.driver.dstream.block_rdd import auto_max_partitions
 
             limit = auto_max_partitions(self.sc, len(engine.receivers))
         bootstrap, settings = engine.read_settings

@@ -28,12 +28,12 @@ import threading
 import time
 from typing import Any
 
-from walstream.driver.driver_wal import open_driver_wal
+from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP, resolve_bootstrap
 from walstream.driver.engine_config import EngineConfig
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_tracker import ReceiverTracker
-from walstream.driver.streaming_context import CONF_BOOTSTRAP, resolve_bootstrap
-from walstream.driver.wal_conf import kafka_settings_of
+from walstream.driver.receiver_tracker.tracker import ReceiverTracker
+from walstream.driver.scheduler.driver_wal import open_driver_wal
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.wal_conf import kafka_settings_of
 from walstream.killpoints import kill_point
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.supervisor import SupervisorConfig

@@ -353,7 +353,7 @@ class HAPair:
 def sink_counts(bootstrap: str, sink: str) -> Counter[str]:
     """Words and counts of the ``word\tcount`` records in the KafkaSink topic ``sink``,
     each batch's attempt read exactly once (``read_exactly_once``)."""
-    from walstream.driver.kafka_sink import read_exactly_once
+    from walstream.driver.sink.kafka_sink import read_exactly_once
 
     counts: Counter[str] = Counter()
     for _, _, value in read_exactly_once(bootstrap, sink, kafka_conf={}):

@@ -68,7 +68,7 @@ def run_to_end(work: Path, name: str, bootstrap: str, source: str, sink: str,
 
 def sink_values(bootstrap: str, sink: str) -> Counter[str]:
     """The sink's values, each committed attempt read once."""
-    from walstream.driver.kafka_sink import read_exactly_once
+    from walstream.driver.sink.kafka_sink import read_exactly_once
 
     return Counter((v or b"").decode() for _, _, v in
                    read_exactly_once(bootstrap, sink, kafka_conf={}))

@@ -28,13 +28,13 @@ from typing import Any
 
 from walstream import killpoints
 from walstream.checkpoint.data import CheckpointData
-from walstream.checkpoint.files import CheckpointWriter
-from walstream.driver.driver_wal import open_driver_wal
-from walstream.driver.events import TrackerEvent
-from walstream.driver.job_generator import JobGenerator
-from walstream.driver.job_scheduler import Job, JobScheduler
-from walstream.driver.received_block_tracker import ReceivedBlockTracker
-from walstream.driver.receiver_endpoint import LocalReceiverEndpoint
+from walstream.checkpoint.writer import CheckpointWriter
+from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
+from walstream.driver.scheduler.driver_wal import open_driver_wal
+from walstream.driver.scheduler.job_generator import JobGenerator
+from walstream.driver.scheduler.job_scheduler import Job, JobScheduler
+from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_events import TrackerEvent
 from walstream.receiver import BlockGeneratorConfig, RateGeneratorReceiver, ReceiverSupervisor
 from walstream.receiver.block import Block
 from walstream.wal import KafkaWriteAheadLog

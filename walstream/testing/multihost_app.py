@@ -66,7 +66,7 @@ def run_app(args: argparse.Namespace) -> None:
     # log the test shows when a check fails.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("walstream.driver.input_streams").setLevel(logging.DEBUG)
+    logging.getLogger("walstream.driver.dstream.receiver_input_stream").setLevel(logging.DEBUG)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     outd, bootstrap, batch = str(out), args.bootstrap, args.batch
@@ -193,7 +193,7 @@ def feed(args: argparse.Namespace) -> None:
 def read_counts(bootstrap: str, sink: str) -> dict[str, Any]:
     """The sink's per-batch counts read exactly once, summed per stream tag and word,
     and the attempts with a commit marker that lacked records (torn)."""
-    from walstream.driver.kafka_sink import read_exactly_once
+    from walstream.driver.sink.kafka_sink import read_exactly_once
 
     counts: dict[str, Counter[str]] = {tag: Counter() for tag in TAGS.values()}
     batches: set[int] = set()

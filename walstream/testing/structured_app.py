@@ -7,7 +7,7 @@ a :class:`~walstream.testing.sequence_receiver.SequenceReceiver` (``item-0`` ..
 file sink to ``SINK`` with ``checkpointLocation=CHECKPOINT``, one micro-batch a
 second. With ``--kafka-source TOPIC --kafka-sink TOPIC`` it reads the source
 topic through ``option("source", "kafka")`` instead and writes each micro-batch
-with ``foreachBatch`` into the exactly-once :class:`~walstream.driver.kafka_sink.KafkaSink`.
+with ``foreachBatch`` into the exactly-once :class:`~walstream.driver.sink.kafka_sink.KafkaSink`.
 Started again with the same arguments after a SIGKILL, the query resumes from
 its checkpoint and the source from its logs. It runs until killed.
 """
@@ -66,7 +66,7 @@ def main() -> None:
         reader = reader.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
     writer = reader.load().writeStream.option("checkpointLocation", args.checkpoint)
     if args.kafka_sink:
-        from walstream.driver.kafka_sink import KafkaSink
+        from walstream.driver.sink.kafka_sink import KafkaSink
 
         sink = KafkaSink(os.environ["KAFKA_BOOTSTRAP_SERVERS"], args.kafka_sink,
                          value=lambda row: row.value)
