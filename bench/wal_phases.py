@@ -2,13 +2,14 @@
 
 Usage: ``python -m bench.wal_phases [--linger-ms 0 2] [--mib 64]``
 
-Wraps ``walstream.wal.kafka_log.encode_record``, ``_Ack`` and ``KafkaWriteAheadLog.write`` *in this
-process only* (no file is changed) and prints, per case, the median of: framing
-(``encode_record``), entry until the produce starts (checks, segment, lock), produce
-until the last delivery callback (librdkafka linger + broker round trip), and callback
-until the writer resumes (thread hand-off). ``write`` is ``write_async(...).result()``,
-which creates the ``_Ack`` on the writer's thread. Relies on those private names; if
-they change, update the wrappers here.
+Wraps ``encode_record``, ``DeliveryAck`` and ``KafkaWriteAheadLog.write`` as
+``walstream.wal.kafka_log`` names them, *in this process only* (no file is
+changed) and prints, per case, the median of: framing (``encode_record``), entry
+until the produce starts (checks, segment, lock), produce until the last delivery
+callback (librdkafka linger + broker round trip), and callback until the writer
+resumes (thread hand-off). ``write`` is ``write_async(...).result()``, which creates
+the ``DeliveryAck`` on the writer's thread. Relies on those names; if they change,
+update the wrappers here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _samples: list[tuple[float, float, float, float, float]] = []
 
 
 def _install() -> None:
-    orig_ack: Any = kl._Ack
+    orig_ack: Any = kl.DeliveryAck
     orig_encode = kl.encode_record
     orig_write = kl.KafkaWriteAheadLog.write
 
@@ -65,7 +66,7 @@ def _install() -> None:
                          ack.t_last_cb - ack.t_created, t_end - ack.t_last_cb))
         return handle
 
-    kl._Ack = TimedAck  # type: ignore[misc]
+    kl.DeliveryAck = TimedAck  # type: ignore[misc]
     kl.encode_record = encode
     kl.KafkaWriteAheadLog.write = write  # type: ignore[method-assign]
 

@@ -58,7 +58,7 @@ from walstream.driver.ui.status_server import StatusServer, serve_status
 from walstream.killpoints import kill_point
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.receiver import Receiver
-from walstream.receiver.supervisor import SupervisorConfig
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.receiver.task import ReceiverTaskSpec
 from walstream.wal import WriteAheadLog
 from walstream.wal.base import FollowGapError

@@ -27,7 +27,8 @@ from walstream.receiver.rate_receiver import RateGeneratorReceiver, generated_li
 from walstream.receiver.receiver import Receiver
 from walstream.receiver.registration import Registration
 from walstream.receiver.socket_receiver import SocketTextReceiver
-from walstream.receiver.supervisor import BlockReporter, ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import BlockReporter, SupervisorConfig
 
 __all__ = [
     "BadRecordError",

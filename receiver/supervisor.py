@@ -34,16 +34,13 @@ data is read again, the WAL record is cleaned with its segment).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from walstream.errors import ConfigError
 from walstream.killpoints import kill_point
 from walstream.receiver.block import SourceRange
 from walstream.receiver.block_generator import (
@@ -68,71 +65,13 @@ from walstream.receiver.receiver import Receiver
 from walstream.receiver.registration import Registration
 from walstream.receiver.source_metadata import SourceTracker, check_source_metadata
 from walstream.receiver.states import ReceiverState
+from walstream.receiver.supervisor_config import BlockReporter, SupervisorConfig, takes_figures
 from walstream.receiver.text_run import TextRun
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.wal.base import WriteAheadLog
 from walstream.wal.handle import RecordHandle
 
 log = logging.getLogger(__name__)
-
-
-class BlockReporter(Protocol):
-    """The driver endpoint a supervisor talks to (in-process or over gRPC).
-
-    A reporter whose ``add_block`` also takes a ``figures`` keyword
-    (``add_block(info, figures=None)``: the driver's endpoints and its gRPC client
-    do) gets the receiver's :class:`~walstream.receiver.block_info.BlockFigures` with each
-    block; one without it gets the block alone."""
-
-    def register_receiver(
-        self, stream_id: int, host: str, executor_id: str
-    ) -> Registration | tuple[bool, str]: ...
-
-    def add_block(self, info: ReceivedBlockInfo) -> bool: ...
-
-    def report_error(self, stream_id: int, message: str, error: str) -> None: ...
-
-    def deregister_receiver(self, stream_id: int, message: str, error: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class SupervisorConfig:
-    """Bounds of the supervisor.
-
-    ``bad_record_policy``: ``"skip"`` (default) reports a record that cannot be
-    encoded or exceeds ``max_record_bytes`` (log + ``bad_records`` counter +
-    ``report_error`` to the driver) and goes on; ``"fail"`` stops the receiver.
-    """
-
-    store_retries: int = 3
-    store_backoff_s: float = 0.5
-    report_retries: int = 3
-    report_backoff_s: float = 0.5
-    restart_delay_s: float = 2.0
-    max_record_bytes: int = 8 * 1024 * 1024
-    report_timeout_s: float = 30.0
-    bad_record_policy: str = "skip"
-    pipelined_store: bool = True
-    store_timeout_s: float = 120.0
-    # Send the receiver's figures with each block report (BlockFigures).
-    send_figures: bool = True
-
-    def __post_init__(self) -> None:
-        if self.store_retries < 1 or self.report_retries < 1:
-            raise ConfigError("store_retries and report_retries must be >= 1")
-        if self.store_timeout_s <= 0:
-            raise ConfigError("store_timeout_s must be > 0")
-        if self.bad_record_policy not in ("skip", "fail"):
-            raise ConfigError("bad_record_policy must be 'skip' or 'fail'")
-
-
-def takes_figures(reporter: Any) -> bool:
-    """Whether ``reporter.add_block`` takes a ``figures`` keyword."""
-    try:
-        params = inspect.signature(reporter.add_block).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return "figures" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class ReceiverSupervisor:

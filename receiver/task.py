@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.receiver.errors import EndpointSecurityError
 from walstream.receiver.receiver import Receiver
-from walstream.receiver.supervisor import SupervisorConfig
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.rpc.auth import EndpointCredentials, local_credentials
 
 if TYPE_CHECKING:

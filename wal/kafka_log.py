@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from walstream import killpoints
@@ -39,6 +39,7 @@ from walstream.kafka_logging import with_logger
 from walstream.wal import segments
 from walstream.wal.base import ReplayProgress, WriteAheadLog
 from walstream.wal.config import KafkaWalConfig, validate_log_name
+from walstream.wal.delivery import DeliveryAck
 from walstream.wal.errors import (
     CorruptRecordError,
     RecordNotFoundError,
@@ -60,47 +61,6 @@ log = logging.getLogger(__name__)
 _PARTITION = 0
 _FRAME_OVERHEAD = 64  # magic, version and Avro fields around a chunk
 _BETWEEN_CHUNKS = "wal.between_chunks"  # kill point: see walstream.killpoints
-
-
-class _Ack:
-    """Collects the delivery reports of one record's frames into a Future of its handle."""
-
-    def __init__(self, log_name: str, topic: str, frames: int) -> None:
-        self.log_name = log_name
-        self.topic = topic
-        self.remaining = frames
-        self.offsets: list[int] = [-1] * frames
-        self.error: KafkaError | None = None
-        self.future: Future[RecordHandle] = Future()
-        self.future.set_running_or_notify_cancel()
-        self._lock = threading.Lock()
-
-    def callback(self, index: int) -> Any:
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            with self._lock:
-                if err is not None:
-                    self.error = self.error or err
-                else:
-                    self.offsets[index] = int(msg.offset() or 0)
-                self.remaining -= 1
-                if self.remaining == 0:
-                    self._resolve()
-
-        return on_delivery
-
-    def _resolve(self) -> None:
-        if self.error is not None:
-            cls = (WalWriteTimeoutError if self.error.code() == KafkaError._MSG_TIMED_OUT
-                   else WalWriteError)
-            self.future.set_exception(cls(
-                f"WAL {self.log_name!r}: write to {self.topic} failed: {self.error.str()}"))
-            return
-        first = self.offsets[0]
-        if self.offsets != list(range(first, first + len(self.offsets))):
-            self.future.set_exception(WalWriteError(
-                f"WAL {self.log_name!r}: chunks landed apart at {self.offsets}"))
-            return
-        self.future.set_result(RecordHandle(self.topic, _PARTITION, first, len(self.offsets)))
 
 
 class KafkaWriteAheadLog(WriteAheadLog):
@@ -310,7 +270,7 @@ class KafkaWriteAheadLog(WriteAheadLog):
                 self._check_open()  # a close() since the check above released the clients
                 self._producer_client()
         seg = self._segment_for(time_ms, deadline)
-        ack = _Ack(self.name, seg.topic, len(frames))
+        ack = DeliveryAck(self.name, seg.topic, _PARTITION, len(frames))
         with self._produce_lock:
             # Checked under the lock close() marks the WAL closed under: a frame
             # produced here is in the producer before close() flushes it.

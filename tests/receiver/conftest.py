@@ -13,7 +13,8 @@ import pytest
 
 from tests.receiver.doubles import STREAM, FakeReporter, Script, ScriptReceiver
 from walstream.receiver.block_generator import BlockGenerator, BlockGeneratorConfig
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.testing import AsyncMemoryWAL, MemoryWAL
 
 

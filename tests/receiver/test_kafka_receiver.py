@@ -23,7 +23,8 @@ from tests.receiver.doubles import FakeReporter, ranges_of, record_generator_bat
 from walstream.receiver.block import SourceRange, block_items
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.receiver.kafka_receiver import KafkaReceiver
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.receiver.text_run import TextRun
 from walstream.testing import MemoryWAL, wait_until
 

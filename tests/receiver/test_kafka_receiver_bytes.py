@@ -19,7 +19,8 @@ from tests.receiver.doubles import FakeReporter
 from walstream.receiver.block import Block, SourceRange
 from walstream.receiver.block_generator import BlockGeneratorConfig, item_bytes
 from walstream.receiver.kafka_receiver import KafkaReceiver, utf8_decoder
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(90)

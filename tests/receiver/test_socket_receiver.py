@@ -14,7 +14,8 @@ from tests.receiver.doubles import FakeReporter, record_generator_batches
 from walstream.errors import ConfigError
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.receiver.socket_receiver import SocketTextReceiver
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.receiver.text_run import TextRun
 from walstream.testing import MemoryWAL, wait_until
 

@@ -32,7 +32,8 @@ from walstream.receiver.errors import (
     ReceiverRefusedError,
 )
 from walstream.receiver.items import encode_utf8_pair
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.testing import WAIT_S, MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

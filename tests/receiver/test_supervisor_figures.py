@@ -15,7 +15,8 @@ from tests.receiver.doubles import STREAM, FakeReporter, ScriptReceiver, src
 from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig, takes_figures
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig, takes_figures
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.testing import MemoryWAL, wait_until
 

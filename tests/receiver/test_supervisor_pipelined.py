@@ -15,7 +15,8 @@ from tests.receiver.doubles import STREAM, FakeReporter, Script, ScriptReceiver,
 from tests.receiver.supervisor_checks import assert_acks_follow_reports, run_to_end
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.receiver.errors import BlockStoreError
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.testing import WAIT_S, AsyncMemoryWAL, wait_until
 from walstream.wal.errors import WalWriteTimeoutError
 from walstream.wal.handle import RecordHandle

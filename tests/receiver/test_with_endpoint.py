@@ -12,7 +12,8 @@ from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTrack
 from walstream.receiver.block_generator import BlockGeneratorConfig
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.receiver.errors import ReceiverRefusedError
-from walstream.receiver.supervisor import ReceiverSupervisor, SupervisorConfig
+from walstream.receiver.supervisor import ReceiverSupervisor
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.testing import MemoryWAL, wait_until
 
 pytestmark = pytest.mark.timeout(30)

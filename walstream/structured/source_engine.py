@@ -36,7 +36,7 @@ from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTrack
 from walstream.driver.scheduler.wal_conf import kafka_settings_of
 from walstream.killpoints import kill_point
 from walstream.receiver.block_info import ReceivedBlockInfo
-from walstream.receiver.supervisor import SupervisorConfig
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.receiver.task import ReceiverTaskSpec
 from walstream.structured import offsets
 from walstream.structured.errors import OffsetError
