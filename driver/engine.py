@@ -61,7 +61,7 @@ from walstream.receiver.receiver import Receiver
 from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.receiver.task import ReceiverTaskSpec
 from walstream.wal import WriteAheadLog
-from walstream.wal.base import FollowGapError
+from walstream.wal.errors import FollowGapError
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from walstream.errors import ConfigError
 from walstream.receiver.errors import BlockGeneratorStoppedError, BlockGeneratorTimeoutError
@@ -145,10 +145,12 @@ class BlockGeneratorListener(Protocol):
     def on_error(self, message: str, error: BaseException) -> None: ...
 
 
+@runtime_checkable
 class PipelinedPushListener(Protocol):
-    """Optional hooks: ``begin_push_block`` starts a block's push and returns a
-    token; ``finish_push_block(token)`` completes it (the pusher calls it in block
-    order). Together they replace ``on_push_block``."""
+    """Hooks a listener may add: ``begin_push_block`` starts a block's push and
+    returns a token; ``finish_push_block(token)`` completes it (the pusher calls it
+    in block order). A listener that has both (the ReceiverSupervisor) gets them
+    instead of ``on_push_block``."""
 
     def begin_push_block(self, block_id: str, records: Sequence[Any]) -> Any: ...
 
@@ -397,9 +399,8 @@ class BlockGenerator:
             self._queue.put(None)
 
     def _push_loop(self) -> None:
-        begin = getattr(self.listener, "begin_push_block", None)
-        finish = getattr(self.listener, "finish_push_block", None)
-        pipelined = begin is not None and finish is not None
+        pipe = self.listener if isinstance(self.listener, PipelinedPushListener) else None
+        finish = pipe.finish_push_block if pipe is not None else None
         pending: tuple[str, Any] | None = None  # (block id, token) begun, not finished
         block_id = ""
         ended = False  # the end marker was taken: nothing more will come to drain
@@ -423,15 +424,14 @@ class BlockGenerator:
                         self._finished(finish, pending[1])
                     return
                 block_id, records = item
-                if not pipelined:
+                if pipe is None:
                     self.listener.on_push_block(block_id, records)
                     self._finished(None, None)
                     continue
-                assert begin is not None
                 begun = block_id
                 prev, pending = pending, None
                 try:
-                    pending = (begun, begin(begun, records))
+                    pending = (begun, pipe.begin_push_block(begun, records))
                 finally:
                     # Block N is finished whether or not N+1 could begin: a bad block
                     # N+1 must not cost N its report. block_id names the block whose

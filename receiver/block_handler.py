@@ -1,11 +1,12 @@
 """ReceivedBlockHandler: step 1 of the supervisor's protocol, a block stored in the
 receiver's Kafka WAL (Spark's ``WriteAheadLogBasedBlockHandler``).
 
-:meth:`WalBlockHandler.begin` encodes a block and, when pipelining is on and the WAL
-has ``write_async``, starts its write at once; :meth:`WalBlockHandler.store` returns
-the block's WAL handle once ``acks=all`` came back, retrying a bounded number of
-times, or raises :class:`~walstream.receiver.errors.BlockStoreError`. It never
-reports anything: the supervisor reports a block only with the handle this returns
+:meth:`WalBlockHandler.begin` encodes a block and, when pipelining is on and the
+WAL pipelines writes (``pipelines_writes``), starts its write at once;
+:meth:`WalBlockHandler.store` returns the block's WAL handle once ``acks=all`` came
+back, retrying a bounded number of times, or raises
+:class:`~walstream.receiver.errors.BlockStoreError`. It never reports anything: the
+supervisor reports a block only with the handle this returns
 (docs/ARCHITECTURE.md, invariant 1), so a block whose store failed is never known to
 the driver and its source is never acknowledged.
 """
@@ -59,8 +60,8 @@ class WalBlockHandler:
         self.wal = wal
         self.stream_id = stream_id
         self.bounds = bounds
-        # A WAL without write_async (a test double, MemoryWAL) is written synchronously.
-        self._write_async = getattr(wal, "write_async", None) if bounds.pipelined else None
+        # A WAL that cannot pipeline (MemoryWAL) is written in store(), synchronously.
+        self._pipelined = bounds.pipelined and wal.pipelines_writes
 
     def begin(self, block_id: str, records: Sequence[bytes],
               source: tuple[SourceRange, ...]) -> PendingBlock | None:
@@ -69,10 +70,10 @@ class WalBlockHandler:
             return None
         payload = Block(self.stream_id, block_id, records, source).encode()
         pending = PendingBlock(block_id, len(records), source, payload, None)
-        if self._write_async is not None:
+        if self._pipelined:
             try:
                 pending.started_s = time.perf_counter()
-                pending.future = self._write_async(payload, int(time.time() * 1000))
+                pending.future = self.wal.write_async(payload, int(time.time() * 1000))
                 pending.future.add_done_callback(_on_done(pending))
             except WalError as exc:  # the first try failed at once; store() retries
                 failed: Future[RecordHandle] = Future()

@@ -20,9 +20,9 @@ docs/ARCHITECTURE.md, invariants 1 and 2); step 1 is the block handler's
    source unacknowledged: the data is read again, and the tracker keeps a
    re-reported block once.
 
-Pipelining (``SupervisorConfig.pipelined_store``, on by default with a WAL that
-has ``write_async``): the block generator's pusher begins step 1 of block N+1
-(encode, start the WAL write) before it waits for block N's acknowledgement and
+Pipelining (``SupervisorConfig.pipelined_store``, on by default with a WAL whose
+``pipelines_writes`` is true): the block generator's pusher begins step 1 of block
+N+1 (encode, start the WAL write) before it waits for block N's acknowledgement and
 reports N, so encoding and the driver round trip overlap the next write. This
 is safe because only step 1 is moved: reports still go one at a time, in block
 order, each after its own block's acknowledgement; and when N fails, N+1 may
@@ -65,7 +65,7 @@ from walstream.receiver.receiver import Receiver
 from walstream.receiver.registration import Registration
 from walstream.receiver.source_metadata import SourceTracker, check_source_metadata
 from walstream.receiver.states import ReceiverState
-from walstream.receiver.supervisor_config import BlockReporter, SupervisorConfig, takes_figures
+from walstream.receiver.supervisor_config import BlockReporter, SupervisorConfig
 from walstream.receiver.text_run import TextRun
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.wal.base import WriteAheadLog
@@ -108,7 +108,6 @@ class ReceiverSupervisor:
         self.start_positions: tuple[SourceRange, ...] = ()
         self.blocks_reported = 0
         self.records_reported = 0
-        self._takes_figures = self.config.send_figures and takes_figures(reporter)
         # Source ends the driver has from this registration: only changes are sent.
         self._ends_sent: dict[tuple[str, int], int] = {}
         receiver._attach(self, stream_id)
@@ -395,10 +394,10 @@ class ReceiverSupervisor:
         block_id = pending.block_id
         info = ReceivedBlockInfo(self.stream_id, block_id, pending.count, handle,
                                  pending.source)
-        figures = self._figures(pending) if self._takes_figures else None
+        figures = self._figures(pending) if self.config.send_figures else None
         for attempt in range(1, self.config.report_retries + 1):
             try:
-                if self._add_block(info, figures):
+                if self.reporter.add_block(info, figures=figures):
                     break
                 raise BlockReportError(f"the driver refused block {block_id}")
             except Exception as exc:
@@ -417,12 +416,6 @@ class ReceiverSupervisor:
                 self._ends_sent.update(
                     {(e.topic, e.partition): e.end_offset for e in figures.source_ends})
         self.receiver.on_block_reported(block_id, pending.source)
-
-    def _add_block(self, info: ReceivedBlockInfo, figures: BlockFigures | None) -> bool:
-        if figures is None:
-            return self.reporter.add_block(info)
-        reporter: Any = self.reporter
-        return bool(reporter.add_block(info, figures=figures))
 
     def _figures(self, pending: PendingBlock) -> BlockFigures:
         """The figures sent with ``pending``'s report: its WAL write, and the source

@@ -4,28 +4,28 @@ the bad-record policy, pipelining)."""
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from walstream.errors import ConfigError
-from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.registration import Registration
 
 
 class BlockReporter(Protocol):
     """The driver endpoint a supervisor talks to (in-process or over gRPC).
 
-    A reporter whose ``add_block`` also takes a ``figures`` keyword
-    (``add_block(info, figures=None)``: the driver's endpoints and its gRPC client
-    do) gets the receiver's :class:`~walstream.receiver.block_info.BlockFigures` with each
-    block; one without it gets the block alone."""
+    ``add_block`` gets the receiver's
+    :class:`~walstream.receiver.block_info.BlockFigures` with each block (the WAL write,
+    new source ends), or None when ``SupervisorConfig.send_figures`` is off; figures
+    are for the driver's metrics and never decide whether a block is accepted."""
 
     def register_receiver(
         self, stream_id: int, host: str, executor_id: str
     ) -> Registration | tuple[bool, str]: ...
 
-    def add_block(self, info: ReceivedBlockInfo) -> bool: ...
+    def add_block(self, info: ReceivedBlockInfo, *,
+                  figures: BlockFigures | None = None) -> bool: ...
 
     def report_error(self, stream_id: int, message: str, error: str) -> None: ...
 
@@ -62,11 +62,3 @@ class SupervisorConfig:
         if self.bad_record_policy not in ("skip", "fail"):
             raise ConfigError("bad_record_policy must be 'skip' or 'fail'")
 
-
-def takes_figures(reporter: Any) -> bool:
-    """Whether ``reporter.add_block`` takes a ``figures`` keyword."""
-    try:
-        params = inspect.signature(reporter.add_block).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return "figures" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from walstream.wal.errors import EpochNotSupportedError, WalError, WalReadError
+from walstream.wal.errors import EpochNotSupportedError, FollowNotSupportedError
 from walstream.wal.handle import RecordHandle
 
 
@@ -29,39 +30,6 @@ class ReplayProgress:
 
     total: int | None = None
     consumed: int = 0
-
-
-class FollowNotSupportedError(WalError):
-    """This log cannot be followed; replay it with ``read_all`` instead."""
-
-
-class FollowTimeoutError(WalReadError, TimeoutError):
-    """``drain_to_end`` did not reach the end of the log within its bound."""
-
-
-class FollowGapError(WalReadError):
-    """A segment behind the follower holds records the follower never yielded.
-
-    Only writes racing across a segment roll leave them (two writer instances of one
-    log, ``write`` calls of several threads, pipelined ``write_async``; see
-    :mod:`walstream.wal.follow`); ``read_all`` places them
-    before the newer segment's records, so the caller's state must be rebuilt with
-    a fresh replay to match it.
-    """
-
-
-class FollowOverrunError(FollowGapError):
-    """The follower yielded records that ``read_all`` no longer yields.
-
-    What an old leader's late writes leave when a standby read them before it saw
-    the newer epoch's link (:mod:`walstream.wal.epoch_chain`): the records lie at or beyond the
-    ends the new leader recorded, so no replay counts them. The caller's state must
-    be rebuilt with a fresh replay.
-    """
-
-
-class FollowPositionError(WalError):
-    """``positions()`` was asked while records the caller has not taken are buffered."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +136,28 @@ class WriteAheadLog(ABC):
     def close(self) -> None:
         """Flush and release resources; later calls raise ``WalClosedError``."""
 
+    @property
+    def pipelines_writes(self) -> bool:
+        """Whether :meth:`write_async` returns before its write is acknowledged, so a
+        caller can overlap a write with its next step (a Kafka log). False for this
+        default, whose ``write_async`` stores in the caller's thread."""
+        return False
+
+    def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
+        """Start storing ``record``; the future's result is its handle once the record
+        is durable, and a failed write sets the future's exception (contract 1 holds
+        for the future). This default stores synchronously, as ``write``, and
+        returns a completed future; a failure raises at once."""
+        done: Future[RecordHandle] = Future()
+        done.set_result(self.write(record, time_ms))
+        return done
+
+    @property
+    def strict(self) -> bool:
+        """Whether reading raises on a stored record it cannot decode, instead of
+        reporting and skipping it (``KafkaWalConfig.strict``). False by default."""
+        return False
+
     def replay_progress(self) -> ReplayProgress | None:
         """The progress of this log's latest ``read_all``, updated as it is consumed.
 
@@ -251,6 +241,17 @@ class ForwardingWriteAheadLog(WriteAheadLog):
 
     def close(self) -> None:
         self.wrapped.close()
+
+    @property
+    def pipelines_writes(self) -> bool:
+        return self.wrapped.pipelines_writes
+
+    def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
+        return self.wrapped.write_async(record, time_ms)
+
+    @property
+    def strict(self) -> bool:
+        return self.wrapped.strict
 
     def replay_progress(self) -> ReplayProgress | None:
         return self.wrapped.replay_progress()

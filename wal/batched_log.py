@@ -29,15 +29,10 @@ from typing import Any
 
 from walstream.avro_codec import VersionedCodec
 from walstream.errors import CorruptDataError, UnknownSchemaVersionError
-from walstream.wal.base import (
-    FollowPosition,
-    FollowPositionError,
-    LogFollower,
-    ReplayProgress,
-    WriteAheadLog,
-)
+from walstream.wal.base import FollowPosition, LogFollower, ReplayProgress, WriteAheadLog
 from walstream.wal.errors import (
     CorruptRecordError,
+    FollowPositionError,
     UnknownRecordVersionError,
     WalBackpressureError,
     WalClosedError,
@@ -206,10 +201,14 @@ class BatchedWriteAheadLog(WriteAheadLog):
             try:
                 yield from deserialize_batch(data)
             except CorruptRecordError as exc:
-                if getattr(getattr(self.wrapped, "config", None), "strict", False):
+                if self.wrapped.strict:
                     raise
                 self.corrupt_groups += 1
                 log.warning("batched WAL: skipping a stored record that is not a group: %s", exc)
+
+    @property
+    def strict(self) -> bool:
+        return self.wrapped.strict
 
     def follow(self, poll_timeout_s: float = 1.0) -> LogFollower:
         """The wrapped log's follower, yielding the records of each group in order; a
@@ -222,7 +221,7 @@ class BatchedWriteAheadLog(WriteAheadLog):
         try:
             return deserialize_batch(data)
         except CorruptRecordError as exc:
-            if getattr(getattr(self.wrapped, "config", None), "strict", False):
+            if self.wrapped.strict:
                 raise
             self.corrupt_groups += 1
             log.warning("batched WAL: skipping a stored record that is not a group: %s", exc)
@@ -338,7 +337,8 @@ class UnpackingFollower(LogFollower):
         """The wrapped follower's positions, which count whole groups: meaningful only
         when every record of the groups it returned was taken, as after a
         :meth:`drain_to_end` iterated to its end; raises
-        :class:`~walstream.wal.base.FollowPositionError` while records of a group are still held."""
+        :class:`~walstream.wal.errors.FollowPositionError` while records of a group are
+        still held."""
         if self._rest:
             raise FollowPositionError(
                 f"{len(self._rest)} records of a group not taken yet: positions would "

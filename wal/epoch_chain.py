@@ -118,6 +118,14 @@ class EpochChainLog(WriteAheadLog):
         """Store ``record`` in the current epoch's log (KafkaWriteAheadLog.write)."""
         return self._log(self._epoch).write(record, time_ms)
 
+    @property
+    def pipelines_writes(self) -> bool:
+        return True
+
+    @property
+    def strict(self) -> bool:
+        return self.config.strict
+
     def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
         """Enqueue ``record`` to the current epoch's log (KafkaWriteAheadLog.write_async)."""
         return self._log(self._epoch).write_async(record, time_ms)

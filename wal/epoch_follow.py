@@ -11,8 +11,8 @@ reads it up to them, and goes on in the newer log. Its sequence is therefore the
 one a ``read_all`` taken later yields, with one exception it reports rather than
 hides: records an old leader appended after the new leader read its log, which
 this follower may have yielded before the link existed. No reader counts them, so
-the bound raises :class:`~walstream.wal.base.FollowOverrunError` (a
-:class:`~walstream.wal.base.FollowGapError`) and the caller replays.
+the bound raises :class:`~walstream.wal.errors.FollowOverrunError` (a
+:class:`~walstream.wal.errors.FollowGapError`) and the caller replays.
 """
 
 from __future__ import annotations
@@ -21,10 +21,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from walstream.wal.base import FollowOverrunError, FollowPosition, LogFollower
+from walstream.wal.base import FollowPosition, LogFollower
 from walstream.wal.config import KafkaWalConfig
 from walstream.wal.epoch_links import ChainView, Member, log_name
-from walstream.wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
+from walstream.wal.errors import (
+    CorruptRecordError,
+    FollowOverrunError,
+    WalClosedError,
+    WalError,
+    WalReadError,
+)
 from walstream.wal.follow import KafkaLogFollower
 
 log = logging.getLogger(__name__)

@@ -91,3 +91,36 @@ class StaleFollowerError(EpochChainError):
 
 class BrokenChainError(EpochChainError, WalReadError):
     """A chain link names, as the log it continues, an epoch whose log has no valid link."""
+
+
+class FollowNotSupportedError(WalError):
+    """This log cannot be followed; replay it with ``read_all`` instead."""
+
+
+class FollowTimeoutError(WalReadError, TimeoutError):
+    """``drain_to_end`` did not reach the end of the log within its bound."""
+
+
+class FollowGapError(WalReadError):
+    """A segment behind the follower holds records the follower never yielded.
+
+    Only writes racing across a segment roll leave them (two writer instances of one
+    log, ``write`` calls of several threads, pipelined ``write_async``; see
+    :mod:`walstream.wal.follow`); ``read_all`` places them
+    before the newer segment's records, so the caller's state must be rebuilt with
+    a fresh replay to match it.
+    """
+
+
+class FollowOverrunError(FollowGapError):
+    """The follower yielded records that ``read_all`` no longer yields.
+
+    What an old leader's late writes leave when a standby read them before it saw
+    the newer epoch's link (:mod:`walstream.wal.epoch_chain`): the records lie at or beyond the
+    ends the new leader recorded, so no replay counts them. The caller's state must
+    be rebuilt with a fresh replay.
+    """
+
+
+class FollowPositionError(WalError):
+    """``positions()`` was asked while records the caller has not taken are buffered."""

@@ -50,9 +50,15 @@ from confluent_kafka.admin import AdminClient
 
 from walstream.kafka_logging import with_logger
 from walstream.wal import segments
-from walstream.wal.base import FollowPosition, FollowTimeoutError, LogFollower
+from walstream.wal.base import FollowPosition, LogFollower
 from walstream.wal.config import KafkaWalConfig
-from walstream.wal.errors import CorruptRecordError, WalClosedError, WalError, WalReadError
+from walstream.wal.errors import (
+    CorruptRecordError,
+    FollowTimeoutError,
+    WalClosedError,
+    WalError,
+    WalReadError,
+)
 from walstream.wal.follow_checks import raise_on_bound_mismatch, raise_on_gaps
 from walstream.wal.framing import Reassembler, decode_frame
 from walstream.wal.reader import consumer_config, register_releasable, unregister_releasable

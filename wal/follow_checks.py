@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from walstream.wal.base import FollowGapError, FollowOverrunError, FollowTimeoutError
 from walstream.wal.config import KafkaWalConfig
+from walstream.wal.errors import FollowGapError, FollowOverrunError, FollowTimeoutError
 from walstream.wal.reader import WalReader
 
 _PARTITION = 0

@@ -239,6 +239,14 @@ class KafkaWriteAheadLog(WriteAheadLog):
                 f"WAL {self.name!r}: no acknowledgement within {self.config.write_timeout_s}s"
             ) from None
 
+    @property
+    def pipelines_writes(self) -> bool:
+        return True
+
+    @property
+    def strict(self) -> bool:
+        return self.config.strict
+
     def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
         """Enqueue ``record`` and return a Future of its handle (pipelined writes).
 

@@ -47,3 +47,11 @@ class BrokerError(WalStreamError):
 
 class BrokerPortBusyError(BrokerError, PrerequisiteError):
     """The port asked for the embedded broker is already taken by another process."""
+
+
+class PackageError(WalStreamError):
+    """The executors' environment archive (`walstream package`) could not be built."""
+
+
+class JvmArchiveError(WalStreamError):
+    """The driver JVM's class archive could not be written or tried."""

@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from walstream.errors import PrerequisiteError, WalStreamError
+from walstream.errors import JvmArchiveError, PrerequisiteError
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +67,6 @@ DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 # on the application's stdout.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 CREATE_TIMEOUT_S = 300.0
-
-
-class JvmArchiveError(WalStreamError):
-    """The archive could not be written or tried."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ import tempfile
 import venv
 from pathlib import Path
 
-from walstream.errors import WalStreamError
+from walstream.errors import PackageError
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,6 @@ EXECUTOR_DISTRIBUTIONS = ("confluent-kafka", "fastavro", "grpcio", "fsspec", "py
 PACKAGES = ("walstream",)  # its linked folders are copied as the folders they link to
 #: Bounds the pip install (wheels usually come from pip's cache).
 PIP_TIMEOUT_S = 900
-
-
-class PackageError(WalStreamError):
-    """The executor environment could not be built."""
 
 
 def pinned_requirements() -> list[str]:

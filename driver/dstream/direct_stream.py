@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from walstream.driver.dstream.dstream import DStream
+from walstream.driver.dstream.driver_read_inputs import DriverReadInputDStream
 from walstream.driver.errors import StreamClosedError
 from walstream.driver.scheduler.wal_conf import kafka_settings_of
 from walstream.kafka_logging import with_logger
@@ -100,7 +100,7 @@ def _read_range(bootstrap: str, params: dict[str, Any], key_decoder: Any, value_
         consumer.close()
 
 
-class DirectKafkaInputDStream(DStream):
+class DirectKafkaInputDStream(DriverReadInputDStream):
     def __init__(self, ssc: StreamingContext, topics: list[str], bootstrap: str,
                  params: dict[str, Any], from_offsets: dict[Any, int],
                  key_decoder: Callable[[bytes | None], Any],
@@ -138,7 +138,7 @@ class DirectKafkaInputDStream(DStream):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._lock = threading.Lock()
         self._ends = dict(state.get("_ends") or {})
 

@@ -75,6 +75,11 @@ class DStream:
         state["_restored_floor_ms"] = None  # this process's restore, not the next one's
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Graphs pickled before a stream kept its restored floor have no such entry.
+        state.setdefault("_restored_floor_ms", None)
+        self.__dict__.update(state)
+
     # -- engine side -------------------------------------------------------------
 
     def compute(self, t: int) -> Any:
@@ -382,3 +387,11 @@ class DStream:
 
     def __repr__(self) -> str:
         return f"<DStream {self._kind} #{self._id} slide={self._slide_ms}ms pid={os.getpid()}>"
+
+
+class InputDStream(DStream):
+    """An input of the graph (Spark's ``InputDStream``): its ``stream_id`` names it in
+    the block tracker's events, whether receivers report its blocks or the driver
+    reads it itself."""
+
+    stream_id: int

@@ -149,7 +149,7 @@ class StateDStream(DStream):
 
     def compute(self, t: int) -> Any:
         prev_t = t - self._slide_ms
-        floor = getattr(self, "_restored_floor_ms", None)
+        floor = self._restored_floor_ms
         if floor is not None and prev_t < floor and prev_t not in self._generated:
             # Its state is in no checkpoint: recomputing it from the stream's start
             # would read inputs cleanup dropped, through a lineage whose scheduling
@@ -202,6 +202,5 @@ class ForEachDStream(DStream):
     def _writer(self) -> str | None:
         """This output operation's writer identity (driver/sink/output_writer.py): the
         running engine's app id and this operation's place in the graph."""
-        engine = getattr(self._ssc, "_engine", None)
-        app_id = getattr(getattr(engine, "config", None), "app_id", None)
-        return output_writer(app_id, self._output_id) if isinstance(app_id, str) else None
+        engine = self._ssc._engine
+        return output_writer(engine.config.app_id, self._output_id) if engine else None

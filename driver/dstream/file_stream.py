@@ -37,7 +37,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from walstream.avro_codec import VersionedCodec
-from walstream.driver.dstream.dstream import DStream
+from walstream.driver.dstream.driver_read_inputs import DriverReadInputDStream
 from walstream.receiver.block_info import ReceivedBlockInfo
 from walstream.wal import KafkaWriteAheadLog
 
@@ -60,7 +60,7 @@ FILE_LIST_SCHEMA_V1: dict[str, Any] = {
 FILE_LIST_CODEC = VersionedCodec("file list", b"WSFL", {1: FILE_LIST_SCHEMA_V1})
 
 
-class FileInputDStream(DStream):
+class FileInputDStream(DriverReadInputDStream):
     """New files in a directory; each batch's selection is logged before it runs."""
 
     def __init__(self, ssc: StreamingContext, directory: str,

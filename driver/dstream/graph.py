@@ -108,7 +108,7 @@ class DStreamGraph:
                 # the next restart recompute state from batches cleanup already dropped.
                 rdd._walstream_state_path = path
                 s._generated[time_ms] = rdd
-                floor = getattr(s, "_restored_floor_ms", None)  # graphs pickled before
+                floor = s._restored_floor_ms
                 s._restored_floor_ms = time_ms if floor is None else min(floor, time_ms)
                 return True
         return False

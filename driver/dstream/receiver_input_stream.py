@@ -7,7 +7,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from walstream.driver.dstream.block_rdd import auto_max_partitions, block_rdd
-from walstream.driver.dstream.dstream import DStream
+from walstream.driver.dstream.dstream import DStream, InputDStream
 from walstream.driver.scheduler.wal_conf import kafka_settings_of
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-class ReceiverInputDStream(DStream):
+class ReceiverInputDStream(InputDStream):
     """Data stored by a receiver: a batch is the RDD of the blocks allocated to it."""
 
     def __init__(self, ssc: StreamingContext, receiver: Receiver, name: str) -> None:

@@ -33,11 +33,12 @@ from walstream.checkpoint.writer import CheckpointWriter
 from walstream.driver.driver_gc import PeriodicDriverGC
 from walstream.driver.dstream.block_rdd import union_rdds
 from walstream.driver.dstream.driver_read_inputs import (
+    DriverReadInputDStream,
     before_allocate,
     clean_driver_streams,
     log_ends,
 )
-from walstream.driver.dstream.dstream import DStream
+from walstream.driver.dstream.dstream import DStream, InputDStream
 from walstream.driver.dstream.graph import DStreamGraph
 from walstream.driver.dstream.graph_pickle import dumps_graph, pickle_graph
 from walstream.driver.dstream.recovery import (
@@ -142,7 +143,7 @@ class StreamingContext(HighAvailabilityMixin):
         for stream in graph.streams:
             stream._ssc = ssc
         ssc._graph = graph
-        ids = [int(s.stream_id) for s in graph.streams if hasattr(s, "stream_id")]
+        ids = [s.stream_id for s in graph.streams if isinstance(s, InputDStream)]
         ssc._receiver_count = max(ids, default=-1) + 1
         return ssc
 
@@ -485,13 +486,9 @@ class StreamingContext(HighAvailabilityMixin):
         if writer is not None:
             writer.stop()
 
-    def _driver_streams(self) -> list[Any]:
+    def _driver_streams(self) -> list[DriverReadInputDStream]:
         """Inputs whose batches the driver decides and logs itself (direct Kafka, files)."""
-        from walstream.driver.dstream.direct_stream import DirectKafkaInputDStream
-        from walstream.driver.dstream.file_stream import FileInputDStream
-
-        return [s for s in self._graph.streams
-                if isinstance(s, DirectKafkaInputDStream | FileInputDStream)]
+        return [s for s in self._graph.streams if isinstance(s, DriverReadInputDStream)]
 
     def _close_direct_streams(self) -> None:
         for stream in self._driver_streams():

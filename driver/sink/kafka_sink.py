@@ -76,6 +76,13 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from walstream.driver.sink.errors import (
+    SinkError,
+    SinkFenceError,
+    SinkReadLimitError,
+    SinkTopicMissingError,
+    SinkWriterError,
+)
 from walstream.driver.sink.output_writer import check_writer, current_writer, output_writer
 from walstream.driver.sink.sink_protocol import (
     H_ATTEMPT,
@@ -86,11 +93,6 @@ from walstream.driver.sink.sink_protocol import (
     H_PART,
     H_SEQ,
     H_WRITER,
-    SinkError,
-    SinkFenceError,
-    SinkReadLimitError,
-    SinkTopicMissingError,
-    SinkWriterError,
     app_kafka_settings,
 )
 from walstream.driver.sink.sink_reader import (

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from walstream.driver.sink.errors import SinkReadLimitError
 from walstream.driver.sink.output_writer import MAX_WRITER_BYTES
 from walstream.driver.sink.sink_protocol import (
     H_ATTEMPT,
@@ -25,7 +26,6 @@ from walstream.driver.sink.sink_protocol import (
     H_PART,
     H_SEQ,
     H_WRITER,
-    SinkReadLimitError,
     app_kafka_settings,
 )
 from walstream.kafka_logging import with_logger

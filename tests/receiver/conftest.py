@@ -20,8 +20,8 @@ from walstream.testing import AsyncMemoryWAL, MemoryWAL
 
 @pytest.fixture(params=["sync", "async"])
 def wal(request: pytest.FixtureRequest) -> Iterator[MemoryWAL]:
-    """Every supervisor test runs against a WAL with ``write`` only and against one
-    with ``write_async`` too (the supervisor's pipelined store)."""
+    """Every supervisor test runs against a WAL that writes synchronously and against
+    one that pipelines its writes (the supervisor's pipelined store)."""
     log = MemoryWAL() if request.param == "sync" else AsyncMemoryWAL()
     yield log
     log.close()

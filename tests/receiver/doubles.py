@@ -18,7 +18,7 @@ import pytest
 
 from walstream.receiver.block import Block, SourceRange
 from walstream.receiver.block_generator import BlockGenerator
-from walstream.receiver.block_info import ReceivedBlockInfo
+from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.items import decode_item
 from walstream.receiver.receiver import Receiver
 from walstream.testing import WAIT_S, MemoryWAL
@@ -46,7 +46,7 @@ class FakeReporter:
             self.calls.append(("register", stream_id))
         return self.register_answer
 
-    def add_block(self, info: ReceivedBlockInfo) -> bool:
+    def add_block(self, info: ReceivedBlockInfo, figures: BlockFigures | None = None) -> bool:
         # Store before report: the block must be readable at its handle right now.
         try:
             block = Block.decode(self.wal.read(info.handle))

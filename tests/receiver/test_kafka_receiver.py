@@ -486,11 +486,11 @@ def test_a_put_timeout_does_not_silently_end_consumption(
     slow = threading.Event()
     real = reporter.add_block
 
-    def slow_once(info: Any) -> bool:
+    def slow_once(info: Any, figures: Any = None) -> bool:
         if not slow.is_set():
             slow.set()
             time.sleep(0.6)  # the driver stalls once
-        return real(info)
+        return real(info, figures=figures)
 
     reporter.add_block = slow_once  # type: ignore[method-assign]
     receiver = KafkaReceiver("fake:9092", "grp", {"src": 2})

@@ -271,9 +271,9 @@ def test_a_block_reported_on_a_retry_is_acked_once(
     answers = iter([False, True])
     real = reporter.add_block
 
-    def flaky(info: Any) -> bool:
+    def flaky(info: Any, figures: Any = None) -> bool:
         reporter.add_block_answer = next(answers, True)
-        return real(info)
+        return real(info, figures=figures)
 
     reporter.add_block = flaky  # type: ignore[method-assign]
     sup, receiver = make_sup(lambda r: r.store(["a"], SourceRange("src", 0, 0, 1)),
@@ -446,9 +446,9 @@ def test_await_termination_returns_once_everything_is_pushed(
     stored before stop must be in the WAL, reported, and the receiver deregistered."""
     real = reporter.add_block
 
-    def slow(info: Any) -> bool:
+    def slow(info: Any, figures: Any = None) -> bool:
         time.sleep(0.03)
-        return bool(real(info))
+        return bool(real(info, figures=figures))
 
     reporter.add_block = slow  # type: ignore[method-assign]
     sup, receiver = make_sup(store_each(20), gen={"block_interval_ms": 5,

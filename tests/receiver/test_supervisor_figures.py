@@ -5,6 +5,7 @@ no ``figures`` gets the block alone, as before."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from walstream.driver.receiver_tracker.endpoint import LocalReceiverEndpoint
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.driver_client import DriverClient
 from walstream.receiver.supervisor import ReceiverSupervisor
-from walstream.receiver.supervisor_config import SupervisorConfig, takes_figures
+from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.rpc.messages import MAX_SOURCE_ENDS
 from walstream.testing import MemoryWAL, wait_until
 
@@ -175,16 +176,14 @@ def test_a_failing_source_ends_never_costs_the_block(
     assert figures is not None and figures.source_ends == () and figures.wal_bytes > 0
 
 
-def test_which_reporters_take_figures() -> None:
-    wal = MemoryWAL()
+def test_every_reporter_takes_the_figures_by_keyword() -> None:
+    """The supervisor passes ``figures=`` to whichever reporter it has: the in-process
+    endpoint (whose second positional parameter is the session) and the gRPC client
+    both take it by name."""
+    for reporter in (LocalReceiverEndpoint, DriverClient, FakeReporter, FiguresReporter):
+        params = inspect.signature(reporter.add_block).parameters
+        assert "figures" in params, reporter
+        assert params["figures"].kind in (params["figures"].POSITIONAL_OR_KEYWORD,
+                                          params["figures"].KEYWORD_ONLY)
+        assert params["figures"].default is None, reporter
 
-    class Keywords:
-        def add_block(self, info: ReceivedBlockInfo, **kw: Any) -> bool:
-            return True
-
-    assert not takes_figures(FakeReporter(wal))
-    assert takes_figures(FiguresReporter(wal))
-    assert takes_figures(Keywords())
-    assert not takes_figures(object())
-    assert takes_figures(LocalReceiverEndpoint.__new__(LocalReceiverEndpoint))
-    assert takes_figures(DriverClient.__new__(DriverClient))

@@ -34,11 +34,11 @@ class GatedReporter(FakeReporter):
         self.gate = threading.Event()
         self.writes_seen: list[int] = []
 
-    def add_block(self, info: Any) -> bool:
+    def add_block(self, info: Any, figures: Any = None) -> bool:
         self.writes_seen.append(self.async_wal.async_calls)
         if len(self.writes_seen) == 1:
             self.gate.wait(WAIT_S)
-        return super().add_block(info)
+        return super().add_block(info, figures=figures)
 
 
 def pipelined_sup(wal: AsyncMemoryWAL, reporter: FakeReporter, script: Script,

@@ -23,15 +23,10 @@ from walstream.wal import (
     StaleFollowerError,
     serialize_batch,
 )
-from walstream.wal.base import (
-    FollowOverrunError,
-    FollowPositionError,
-    ForwardingWriteAheadLog,
-    LogFollower,
-)
+from walstream.wal.base import ForwardingWriteAheadLog, LogFollower
 from walstream.wal.config import KafkaWalConfig
 from walstream.wal.epoch_links import Member, validate_chain_name
-from walstream.wal.errors import EpochNotSupportedError
+from walstream.wal.errors import EpochNotSupportedError, FollowOverrunError, FollowPositionError
 from walstream.wal.framing import encode_record
 from walstream.wal.reader import release_topics
 from walstream.wal.segments import parse_topics

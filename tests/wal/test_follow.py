@@ -17,14 +17,14 @@ from confluent_kafka import Producer
 
 from walstream.testing import MemoryWAL
 from walstream.wal import BatchedWriteAheadLog, KafkaWriteAheadLog, WalClosedError
-from walstream.wal.base import (
+from walstream.wal.base import ForwardingWriteAheadLog, LogFollower
+from walstream.wal.errors import (
+    CorruptRecordError,
     FollowGapError,
     FollowNotSupportedError,
     FollowTimeoutError,
-    ForwardingWriteAheadLog,
-    LogFollower,
+    TornRecordError,
 )
-from walstream.wal.errors import CorruptRecordError, TornRecordError
 from walstream.wal.framing import encode_record
 
 WalFactory = Callable[..., KafkaWriteAheadLog]

@@ -123,6 +123,10 @@ class AsyncMemoryWAL(MemoryWAL):
         self.async_calls = 0
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mem-wal")
 
+    @property
+    def pipelines_writes(self) -> bool:
+        return True
+
     def write_async(self, record: bytes, time_ms: int) -> Future[RecordHandle]:
         """Begin a write; its Future holds the handle (or the write's error)."""
         with self._lock:
