@@ -17,7 +17,8 @@ from pathlib import Path
 
 from walstream.checkpoint.data import CheckpointData
 from walstream.checkpoint.errors import CheckpointFencedError, CheckpointWriteError
-from walstream.checkpoint.files import is_url, write_checkpoint
+from walstream.checkpoint.files import write_checkpoint
+from walstream.checkpoint.storage import is_url
 from walstream.killpoints import kill_point
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from walstream.checkpoint.data import CheckpointData
-from walstream.checkpoint.files import checkpoint_files
+from walstream.checkpoint.entries import checkpoint_files
 from walstream.driver.ha.takeover import CHECKPOINT_RELOAD_S
 from walstream.testing import wait_until
 from walstream.testing.chaos_config import ChaosConfig

@@ -162,7 +162,7 @@ def test_named_kill_point_then_restart_is_exactly_once(
 
 def _check_inspect(ckpt: Path, bootstrap: str) -> None:
     """`walstream inspect` shows what the restart will start from."""
-    from walstream.checkpoint.files import checkpoint_files
+    from walstream.checkpoint.entries import checkpoint_files
     from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
 
     proc = subprocess.run([sys.executable, "-m", "walstream.cli", "inspect", str(ckpt),

@@ -28,7 +28,8 @@ from pyspark.storagelevel import StorageLevel
 from walstream.broker import default_home
 from walstream.checkpoint.data import CheckpointData
 from walstream.checkpoint.errors import CheckpointFencedError
-from walstream.checkpoint.files import prepare_directory, write_clean_mark
+from walstream.checkpoint.files import write_clean_mark
+from walstream.checkpoint.storage import prepare_directory
 from walstream.checkpoint.writer import CheckpointWriter
 from walstream.driver.driver_gc import PeriodicDriverGC
 from walstream.driver.dstream.block_rdd import union_rdds
@@ -267,7 +268,7 @@ class StreamingContext(HighAvailabilityMixin):
         is not voided by its own earlier fences. A checkpoint directory fenced by a
         newer epoch than the WAL's belongs to a takeover that never finished: that
         is an error, not something to write past."""
-        from walstream.checkpoint.files import highest_fence
+        from walstream.checkpoint.fence_files import highest_fence
         from walstream.driver.sink.kafka_sink import set_sink_epoch
 
         if self._checkpoint_dir is not None and self._checkpoint_writer is not None:

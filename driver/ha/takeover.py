@@ -16,7 +16,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from walstream.checkpoint.data import CheckpointData
-from walstream.checkpoint.files import highest_fence, read_latest, write_fence
+from walstream.checkpoint.fence_files import highest_fence, write_fence
+from walstream.checkpoint.files import read_latest
 from walstream.checkpoint.writer import CheckpointWriter
 from walstream.driver.dstream.recovery import check_compatible
 from walstream.driver.engine_config import EngineConfig

@@ -11,6 +11,7 @@ import pytest
 
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint import files
+from walstream.checkpoint.entries import checkpoint_name
 from walstream.checkpoint.errors import (
     CheckpointError,
     CheckpointFallbackError,
@@ -62,7 +63,7 @@ def test_every_checkpoint_damaged_after_a_cleanup_is_an_error_not_an_empty_start
 def test_an_unreadable_entry_after_a_cleanup_is_an_error(tmp_path: Path) -> None:
     write_checkpoint(tmp_path, make_data(1000))
     write_clean_mark(tmp_path, 5000)
-    (tmp_path / Path(str(files.checkpoint_name(5000))).name).mkdir()  # cannot be read
+    (tmp_path / Path(str(checkpoint_name(5000))).name).mkdir()  # cannot be read
     with pytest.raises(CheckpointFallbackError):
         read_latest(tmp_path)
 
@@ -72,7 +73,7 @@ def test_a_transient_read_error_is_retried_not_fallen_back_from(
     write_checkpoint(tmp_path, make_data(1000))
     newest = write_checkpoint(tmp_path, make_data(2000))
     monkeypatch.setattr(files, "READ_BACKOFF_S", 0.01)
-    real_read, failures = files._read, []
+    real_read, failures = files.read_bytes, []
 
     def flaky(path: Any) -> bytes:
         if str(path) == str(newest) and len(failures) < files.READ_TRIES - 1:
@@ -80,7 +81,7 @@ def test_a_transient_read_error_is_retried_not_fallen_back_from(
             raise OSError(5, "Input/output error")
         return real_read(path)
 
-    monkeypatch.setattr(files, "_read", flaky)
+    monkeypatch.setattr(files, "read_bytes", flaky)
     assert read_latest(tmp_path) == make_data(2000)
     assert len(failures) == files.READ_TRIES - 1
 
@@ -91,14 +92,14 @@ def test_a_persistent_read_error_counts_as_unusable(
     newest = write_checkpoint(tmp_path, make_data(2000))
     write_clean_mark(tmp_path, 2000)
     monkeypatch.setattr(files, "READ_BACKOFF_S", 0.01)
-    real_read = files._read
+    real_read = files.read_bytes
 
     def broken(path: Any) -> bytes:
         if str(path) == str(newest):
             raise OSError(5, "Input/output error")
         return real_read(path)
 
-    monkeypatch.setattr(files, "_read", broken)
+    monkeypatch.setattr(files, "read_bytes", broken)
     with pytest.raises(CheckpointFallbackError, match=str(newest)):
         read_latest(tmp_path)
 

@@ -21,8 +21,14 @@ import fsspec
 import pytest
 
 from tests.checkpoint.helpers import make_data
-from walstream.checkpoint import files
+from walstream.checkpoint import fence_files, files
 from walstream.checkpoint.data import CODEC, CheckpointData
+from walstream.checkpoint.entries import (
+    CheckpointEntry,
+    checkpoint_entries,
+    checkpoint_files,
+    checkpoint_name,
+)
 from walstream.checkpoint.errors import (
     CheckpointError,
     CheckpointFencedError,
@@ -30,16 +36,8 @@ from walstream.checkpoint.errors import (
     CorruptFenceError,
 )
 from walstream.checkpoint.fence import Fence, identity
-from walstream.checkpoint.files import (
-    checkpoint_entries,
-    checkpoint_files,
-    checkpoint_name,
-    fence_name,
-    highest_fence,
-    read_latest,
-    write_checkpoint,
-    write_fence,
-)
+from walstream.checkpoint.fence_files import fence_name, highest_fence, write_fence
+from walstream.checkpoint.files import read_latest, write_checkpoint
 from walstream.checkpoint.writer import CheckpointWriter
 
 
@@ -132,14 +130,14 @@ def test_older_checkpoints_are_listed_only_once_the_pending_fence_stops_writers(
     """Every checkpoint a fenced writer went on to clean after is in the list: the
     list is taken after the pending marker already refuses older writers."""
     write_checkpoint(tmp_path, _ck(1000, 1))
-    real = files.checkpoint_entries
+    real = fence_files.checkpoint_entries
     seen: list[int] = []
 
-    def listing(directory: Any) -> list[files.CheckpointEntry]:
+    def listing(directory: Any) -> list[CheckpointEntry]:
         seen.append(highest_fence(directory))
         return real(directory)
 
-    monkeypatch.setattr(files, "checkpoint_entries", listing)
+    monkeypatch.setattr(fence_files, "checkpoint_entries", listing)
     write_fence(tmp_path, 2)
     assert seen and seen[0] == 2
     with pytest.raises(CheckpointFencedError):

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoint.helpers import make_data
-from walstream.checkpoint import files
+from walstream.checkpoint import storage
 from walstream.checkpoint.data import CheckpointData
-from walstream.checkpoint.files import checkpoint_files, read_latest, write_checkpoint
+from walstream.checkpoint.entries import checkpoint_files
+from walstream.checkpoint.files import read_latest, write_checkpoint
 
 
 def _name(t: int) -> str:
@@ -93,7 +94,7 @@ def test_crash_mid_write_keeps_previous(tmp_path: Path, monkeypatch: pytest.Monk
         if name == "checkpoint.mid_write":
             raise OSError("died mid-write (simulated)")
 
-    monkeypatch.setattr(files, "kill_point", die)
+    monkeypatch.setattr(storage, "kill_point", die)
     with pytest.raises(OSError, match="mid-write"):
         write_checkpoint(tmp_path, make_data(2000))
     assert [p.name for p in tmp_path.glob("checkpoint-*")] == [_name(1000)]

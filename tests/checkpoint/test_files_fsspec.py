@@ -9,12 +9,9 @@ import fsspec
 import pytest
 
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint.entries import checkpoint_files
 from walstream.checkpoint.errors import CheckpointWriteError
-from walstream.checkpoint.files import (
-    checkpoint_files,
-    read_latest,
-    write_checkpoint,
-)
+from walstream.checkpoint.files import read_latest, write_checkpoint
 from walstream.checkpoint.writer import CheckpointWriter
 from walstream.testing import wait_until
 

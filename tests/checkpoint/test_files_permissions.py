@@ -15,11 +15,8 @@ import pytest
 
 from tests.checkpoint.helpers import make_data
 from walstream.checkpoint.errors import CheckpointError, UnsafeCheckpointDirError
-from walstream.checkpoint.files import (
-    prepare_directory,
-    read_latest,
-    write_checkpoint,
-)
+from walstream.checkpoint.files import read_latest, write_checkpoint
+from walstream.checkpoint.storage import prepare_directory
 from walstream.checkpoint.writer import CheckpointWriter
 from walstream.driver.dstream.streaming_context import StreamingContext
 

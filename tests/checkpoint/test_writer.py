@@ -11,8 +11,9 @@ import threading
 from pathlib import Path
 
 from tests.checkpoint.helpers import make_data
+from walstream.checkpoint.entries import checkpoint_files
 from walstream.checkpoint.errors import CheckpointWriteError
-from walstream.checkpoint.files import checkpoint_files, read_latest
+from walstream.checkpoint.files import read_latest
 from walstream.checkpoint.writer import CheckpointWriter
 
 ROOT = Path(__file__).resolve().parents[2]

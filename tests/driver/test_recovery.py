@@ -165,6 +165,7 @@ class FakeStream:
         self._parents = list(parents)
         self._must_checkpoint = kind.startswith(("updateStateByKey", "reduceByKeyAndWindow"))
         self._generated: dict[int, Any] = {}
+        self._restored_floor_ms: int | None = None
         self._id = graph.register(self)  # type: ignore[arg-type]
 
 
