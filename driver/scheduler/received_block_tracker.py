@@ -10,29 +10,19 @@ Log-before-mutate protocol (docs/ARCHITECTURE.md, invariant 3), for every change
 
 Replay (docs/ARCHITECTURE.md, invariant 4: a tracker created over an existing WAL)
 applies every logged event with :meth:`_apply` in log order and ends in the state
-the dead tracker had. It is
-exact and idempotent: a block added twice is kept once; an allocation takes
-exactly the blocks it names from the queues (SPARK-23438 cleared whole queues;
-SPARK-5233 mixed leftover blocks into new batches); an allocation logged again
-(a write that timed out and then landed) is applied once, and a block that a
-later allocation names again belongs to that later batch, which is what the
-live tracker ran after the earlier write failed.
+the dead tracker had, exactly and idempotently (:mod:`.block_queues`): an
+allocation takes exactly the blocks it names (SPARK-23438 cleared whole queues;
+SPARK-5233 mixed leftover blocks into new batches), and one logged again (a write
+that timed out and then landed) is applied once.
 
-A long replay reports its progress as it goes at most every
-``REPLAY_LOG_INTERVAL_S`` and once at the end, through a
-:class:`~walstream.progress.ProgressReporter` (a caller such as ``walstream
-inspect`` may pass its own, drawing a progress bar): events so far, the rate,
-and, from a WAL that can tell (:meth:`~walstream.wal.base.WriteAheadLog.replay_progress`:
-a Kafka WAL, also under the batched and forwarding wrappers), the WAL records
-read of their total, its percentage and an ETA from that fraction and the time
-so far. That total counts Kafka records, taken from the segments' end offsets as
-the replay starts, and the records read are counted by offsets, so a replay that
-reads every segment to its end reaches it exactly, however many events a stored
-group holds and however many chunks a record was split into.
-The total of events is not known before the end, for that same reason: a total
-of events from the offsets would be a guess, and none is shown. A WAL that cannot
-tell (the in-memory test WAL) gives lines that say the total is not known. What
-was replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
+A long replay reports its progress at most every ``REPLAY_LOG_INTERVAL_S`` and
+once at the end, through a :class:`~walstream.progress.ProgressReporter` (``walstream
+inspect`` passes one that draws a bar): events so far, the rate and, from a WAL
+that can tell (:meth:`~walstream.wal.base.WriteAheadLog.replay_progress`), the
+Kafka records read of their total (counted by offsets, so a replay reading every
+segment to its end reaches it exactly) with an ETA. No total of events is shown:
+from offsets it would be a guess, since a stored group holds many. What was
+replayed is kept in :attr:`ReceivedBlockTracker.recovery_stats`.
 
 Epochs and the fencing cut (docs/decisions/ha-lease-and-fencing.md). Every event
 carries its writer's epoch (0 without high availability); the tracker stamps its
@@ -68,11 +58,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from walstream.driver.errors import TrackerFencedError, TrackerWriteError
+from walstream.driver.scheduler.block_queues import BlockQueues
 from walstream.driver.scheduler.tracker_events import (
     AllocatedBlocks,
     BatchAllocation,
@@ -136,13 +126,7 @@ class ReceivedBlockTracker:
         self._wal = wal
         self._clock = clock
         self._lock = threading.RLock()
-        self._unallocated: dict[int, OrderedDict[str, ReceivedBlockInfo]] = {
-            s: OrderedDict() for s in stream_ids
-        }
-        self._allocated: dict[int, AllocatedBlocks] = {}
-        self._last_allocated: int | None = None
-        self._known: set[str] = set()  # ids of blocks unallocated or allocated, not cleaned
-        self._positions: dict[int, dict[tuple[str, int], int]] = {}
+        self._queues = BlockQueues(stream_ids)
         self._epoch = epoch
         self._fence_epoch = 0
         self._fenced_by_epoch: dict[int, int] = {}
@@ -214,36 +198,11 @@ class ReceivedBlockTracker:
                 log.info("tracker: applied the cut of epoch %d", event.epoch)
             return
         if isinstance(event, BlockAddition):
-            b = event.block
-            if b.block_id in self._known:
-                return  # a re-reported or re-logged block is kept once
-            self._unallocated.setdefault(b.stream_id, OrderedDict())[b.block_id] = b
-            self._known.add(b.block_id)
-            self._advance(b.stream_id, b.source)
+            self._queues.add(event.block)
         elif isinstance(event, BatchAllocation):
-            t = event.batch_time_ms
-            if t in self._allocated:
-                return
-            blocks = event.as_map()
-            for stream_id, infos in blocks.items():
-                queue = self._unallocated.setdefault(stream_id, OrderedDict())
-                for info in infos:
-                    queued = queue.pop(info.block_id, None) is not None  # exactly these
-                    if not queued and info.block_id in self._known:
-                        # Known but not queued: in an earlier batch (whose allocation
-                        # write had failed). Checked only then: scanning every batch
-                        # for every block made a replay quadratic in the backlog.
-                        self._take_from_earlier_batch(t, stream_id, info.block_id)
-                    self._known.add(info.block_id)
-            self._allocated[t] = blocks
-            if self._last_allocated is None or t > self._last_allocated:
-                self._last_allocated = t
+            self._queues.allocate(event.batch_time_ms, event.as_map())
         else:
-            for stream_id, ranges in event.positions:
-                self._advance(stream_id, ranges)
-            for t in event.batch_times_ms:
-                for infos in self._allocated.pop(t, {}).values():
-                    self._known.difference_update(i.block_id for i in infos)
+            self._queues.cleanup(event.batch_times_ms, event.positions)
 
     def _void(self, event: TrackerEvent) -> None:
         """Count a void event; one WARNING per epoch (a replay gives its count at
@@ -257,13 +216,6 @@ class ReceivedBlockTracker:
                     "(their leader was fenced); later ones are counted in fenced_events "
                     "without a line", event.epoch, self._fence_epoch)
 
-    def _advance(self, stream_id: int, ranges: Iterable[SourceRange]) -> None:
-        pos = self._positions.setdefault(stream_id, {})
-        for r in ranges:
-            key = (r.topic, r.partition)
-            if r.until_offset > pos.get(key, -1):
-                pos[key] = r.until_offset
-
     def positions(self, stream_id: int) -> tuple[SourceRange, ...]:
         """Source positions up to which the driver holds this stream's data durably.
 
@@ -272,22 +224,13 @@ class ReceivedBlockTracker:
         skipped (exactly-once ingestion).
         """
         with self._lock:
-            return tuple(SourceRange(t, p, o, o)
-                         for (t, p), o in sorted(self._positions.get(stream_id, {}).items()))
+            return self._queues.positions(stream_id)
 
     def streams_with_positions(self) -> list[int]:
         """Every stream the driver holds source positions for (also one whose
         batches were all cleaned: its receiver still resumes there)."""
         with self._lock:
-            return sorted(self._positions)
-
-    def _take_from_earlier_batch(self, t: int, stream_id: int, block_id: str) -> None:
-        for other_t, streams in list(self._allocated.items()):
-            infos = streams.get(stream_id, ())
-            if other_t != t and any(i.block_id == block_id for i in infos):
-                streams[stream_id] = tuple(i for i in infos if i.block_id != block_id)
-                if not any(streams.values()):
-                    del self._allocated[other_t]  # an allocation whose write had failed
+            return self._queues.streams_with_positions()
 
     def _recover(self, progress: ProgressReporter) -> None:
         assert self._wal is not None
@@ -340,10 +283,8 @@ class ReceivedBlockTracker:
                  format_rate(snap.rate), self._summary())
 
     def _summary(self) -> str:
-        n = sum(len(q) for q in self._unallocated.values())
         cut = f", cut of epoch {self._fence_epoch}" if self._fence_epoch else ""
-        return (f"{n} unallocated blocks, {len(self._allocated)} allocated batches, "
-                f"last allocated {self._last_allocated}{cut}")
+        return self._queues.summary() + cut
 
     # -- epochs, the cut and a standby's tail ----------------------------------------
 
@@ -444,7 +385,7 @@ class ReceivedBlockTracker:
         """
         with self._lock:
             self._refuse_if_fenced()
-            if info.block_id in self._known:
+            if self._queues.knows(info.block_id):
                 return True  # already durable: a retried report
         event = self._log(BlockAddition(info, self._epoch))
         if event is None:
@@ -472,21 +413,20 @@ class ReceivedBlockTracker:
         :class:`TrackerFencedError`, logging nothing, when the tracker is fenced.
         """
         with self._lock:
-            if self._last_allocated is not None and batch_time_ms <= self._last_allocated:
+            last = self._queues.last_allocated
+            if last is not None and batch_time_ms <= last:
                 # DEBUG: a restart's catch-up meets this for every batch allocated
                 # before the crash; the catch-up lines say how far it got.
                 log.debug("tracker: batch %d already allocated (last %d); skipping",
-                         batch_time_ms, self._last_allocated)
+                         batch_time_ms, last)
                 return
-            blocks = tuple(
-                (s, tuple(q.values())) for s, q in sorted(self._unallocated.items())
-            )
+            blocks = self._queues.queued()
             if choose is not None:
                 # The event names the chosen blocks, so a replay takes exactly them
                 # and leaves the rest queued, as here.
                 picked = choose(dict(blocks))
                 blocks = tuple((s, tuple(b for b in picked.get(s, ())
-                                         if b.block_id in self._unallocated[s]))
+                                         if self._queues.is_queued(s, b.block_id)))
                                for s, _ in blocks)
             event = self._log(BatchAllocation(batch_time_ms, blocks, self._epoch))
             if event is None:
@@ -506,29 +446,29 @@ class ReceivedBlockTracker:
 
     def get_blocks_of_batch(self, batch_time_ms: int) -> AllocatedBlocks:
         with self._lock:
-            return dict(self._allocated.get(batch_time_ms, {}))
+            return self._queues.blocks_of(batch_time_ms)
 
     def get_blocks_of_batch_and_stream(
         self, batch_time_ms: int, stream_id: int
     ) -> tuple[ReceivedBlockInfo, ...]:
         with self._lock:
-            return tuple(self._allocated.get(batch_time_ms, {}).get(stream_id, ()))
+            return self._queues.blocks_of_stream(batch_time_ms, stream_id)
 
     def get_unallocated_blocks(self, stream_id: int) -> list[ReceivedBlockInfo]:
         with self._lock:
-            return list(self._unallocated.get(stream_id, {}).values())
+            return self._queues.queued_of(stream_id)
 
     def has_unallocated_blocks(self) -> bool:
         with self._lock:
-            return any(self._unallocated.values())
+            return self._queues.has_queued()
 
     def allocated_batch_times(self) -> list[int]:
         with self._lock:
-            return sorted(self._allocated)
+            return self._queues.allocated_times()
 
     @property
     def last_allocated_batch_time_ms(self) -> int | None:
-        return self._last_allocated
+        return self._queues.last_allocated
 
     def cleanup_old_batches(self, thresh_time_ms: int, wait_for_completion: bool,
                             clean_wal_below_ms: int | None = None) -> None:
@@ -539,8 +479,9 @@ class ReceivedBlockTracker:
         Raises :class:`TrackerFencedError`, logging and cleaning nothing, when the
         tracker is fenced."""
         with self._lock:
-            times = tuple(sorted(t for t in self._allocated if t < thresh_time_ms))
-            positions = tuple((s, self.positions(s)) for s in sorted(self._positions))
+            queues = self._queues
+            times = tuple(t for t in queues.allocated_times() if t < thresh_time_ms)
+            positions = tuple((s, queues.positions(s)) for s in queues.streams_with_positions())
             event = self._log(BatchCleanup(times, positions, self._epoch))
             if event is None:
                 raise TrackerWriteError(f"could not log the cleanup of batches {times}")
@@ -552,16 +493,7 @@ class ReceivedBlockTracker:
 
     def state(self) -> TrackerState:
         with self._lock:
-            return TrackerState(
-                unallocated=tuple(
-                    (s, tuple(q.values())) for s, q in sorted(self._unallocated.items()) if q
-                ),
-                allocated=tuple(
-                    (t, tuple(sorted((s, tuple(bs)) for s, bs in streams.items())))
-                    for t, streams in sorted(self._allocated.items())
-                ),
-                last_allocated_batch_time_ms=self._last_allocated,
-            )
+            return self._queues.state()
 
     def stop(self) -> None:
         if self._wal is not None:
