@@ -5,36 +5,30 @@ takeover. ``WriteAheadLog.follow`` returns a :class:`LogFollower` that first yie
 what ``read_all`` would yield, then the records appended later, in log order, one
 ``poll`` at a time.
 
-Order (Kafka logs, :class:`KafkaLogFollower`): segments in ``read_all``'s order
-(by start time), and within a segment by offset, so the follower yields the
-sequence a ``read_all`` taken later would start with. It leaves segment S for the
-next one only once a newer segment exists and it has read S to the high watermark of
-a Fetch answered after that newer segment was seen (from a consumer created after
-it, so no earlier answer can pass for the end).
+Order (Kafka logs, :class:`KafkaLogFollower`): segments in ``read_all``'s order (by
+start time), and within a segment by offset. The follower leaves segment S for the
+next one only once a newer segment exists and it has read S to the high watermark
+of a Fetch answered after that newer segment was seen (from a consumer created
+after it, so no earlier answer can pass for the end).
 
 That misses nothing in S when every write to S was acknowledged before the newer
-segment was created, which holds for one writer instance calling ``write`` from one
-thread, as ``BatchedWriteAheadLog`` does (the driver's log):
-``KafkaWriteAheadLog._segment_for`` keeps the current segment while a record's time
-is below its end and never goes back to an older one, and ``write`` returns only
-once acknowledged. It does not hold for two writer instances of one log (an old and
-a new leader), for ``write`` calls of several threads racing across a roll, or for
-``write_async`` calls pipelined across one: a record can then land in S after the
-follower left it, or a segment that sorts before the one followed can appear. The
-follower never yields such a record out of order; it logs a segment that appears
-behind it, and :meth:`LogFollower.drain_to_end` raises :class:`FollowGapError` when
-a segment behind the follower holds records it never yielded, so a caller that needs
-``read_all``'s exact sequence replays again (``read_all`` puts them before the newer
-segment's records).
+segment was created: one writer instance calling ``write`` from one thread, as
+``BatchedWriteAheadLog`` does (``KafkaWriteAheadLog._segment_for`` never goes back
+to an older segment, and ``write`` returns only once acknowledged). Two writer
+instances of one log (an old and a new leader), ``write`` calls of several threads
+racing across a roll, or pipelined ``write_async`` calls can land a record in S
+after the follower left it, or make a segment appear behind it. The follower never
+yields such a record out of order; it logs a segment that appears behind it, and
+:meth:`LogFollower.drain_to_end` raises :class:`FollowGapError` when a segment
+behind it holds records it never yielded, so a caller that needs ``read_all``'s
+exact sequence replays again.
 
-Deletion: a segment cleaned under the follower (by this process, which releases the
-follower's consumer first through :func:`walstream.wal.reader.release_topics`, or found missing
-from the broker's topic list) is skipped with a log line, never waited on. A clean in
-another process of a segment that a consumer of this process is fetching still meets
-the librdkafka fault described at :func:`walstream.wal.reader.release_topics`, as a ``read_all``
-would: a follower that keeps up fetches only the newest segment (and, in
-``drain_to_end``'s gap check, probes the segments it passed once), and a clean by a
-threshold behind the current batch does not delete the newest segment.
+Deletion: a segment cleaned under the follower (released first by this process
+through :func:`walstream.wal.reader.release_topics`, or missing from the broker's
+topic list) is skipped with a log line, never waited on. A clean in another process
+meets the librdkafka fault described there as a ``read_all`` would; a follower that
+keeps up fetches only the newest segment, which a clean behind the current batch
+does not delete.
 """
 
 from __future__ import annotations
