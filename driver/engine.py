@@ -22,9 +22,7 @@ Ungraceful: skip (2) and (3).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 from walstream.driver.engine_config import EngineConfig
 from walstream.driver.ha.errors import LeaseReleasedError
 from walstream.driver.ha.output_gate import OutputGate
-from walstream.driver.ha.tracker_tail import TrackerTail
+from walstream.driver.ha.tracker_tail import StandbyTracker
 from walstream.driver.receiver_tracker.tracker import ReceiverTracker
 from walstream.driver.scheduler.batch_info import BatchInfo, ReceiverInfo
 from walstream.driver.scheduler.driver_wal import driver_wal_name, open_driver_wal
@@ -48,6 +46,7 @@ from walstream.driver.scheduler.listener import (
 )
 from walstream.driver.scheduler.rate_controller import PIDRateEstimator, RateController
 from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.driver.scheduler.tracker_state import dump_recovered_state
 from walstream.driver.ui.metrics import (
     EngineMetrics,
     Live,
@@ -55,32 +54,17 @@ from walstream.driver.ui.metrics import (
     record_recovery,
 )
 from walstream.driver.ui.status_server import StatusServer, serve_status
-from walstream.killpoints import kill_point
 from walstream.receiver.block_info import BlockFigures, ReceivedBlockInfo
 from walstream.receiver.receiver import Receiver
 from walstream.receiver.supervisor_config import SupervisorConfig
 from walstream.receiver.task import ReceiverTaskSpec
 from walstream.wal import WriteAheadLog
-from walstream.wal.errors import FollowGapError
 
 log = logging.getLogger(__name__)
 
-RECOVERED_STATE_ENV = "WALSTREAM_RECOVERED_STATE_FILE"
 #: The longest a restart or takeover holds the receivers back for the first
 #: resubmitted batch to complete (:meth:`StreamingEngine.start`, step 6).
 RECEIVERS_AFTER_FIRST_BATCH_S = 2.0
-
-
-def _dump_recovered_state(tracker: ReceivedBlockTracker) -> None:
-    """For chaos tests: the tracker state right after the replay, before any batch,
-    written to ``$WALSTREAM_RECOVERED_STATE_FILE`` when set (compared with what
-    ``walstream inspect`` printed for the dead driver)."""
-    path = os.environ.get(RECOVERED_STATE_ENV)
-    if path:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(tracker.state().to_json(), f, sort_keys=True)
-        os.replace(tmp, path)
 
 
 class StreamingEngine:
@@ -145,8 +129,7 @@ class StreamingEngine:
         # standby's tracker and tail, the lease check run before each WAL clean and
         # the lease's validity left (s), which bounds a receiver's clean grant.
         self.epoch = 0
-        self._standby_wal: WriteAheadLog | None = None
-        self._tail: TrackerTail | None = None
+        self._standby = StandbyTracker(self._driver_wal, self._stream_ids)
         self.lease_check: Callable[[], None] | None = None
         self.lease_validity: Callable[[], float] | None = None
         self.output_gate: OutputGate | None = None  # under HA: outputs only while leading
@@ -285,7 +268,7 @@ class StreamingEngine:
                             "availability is off now): this driver continues epoch %d",
                             self.config.app_id, epoch, epoch)
             record_recovery(self.metrics, tracker, self._stream_ids)
-            _dump_recovered_state(tracker)
+            dump_recovered_state(tracker.state())
             self._build_generator(tracker)
 
     def _driver_wal(self) -> WriteAheadLog:
@@ -318,28 +301,15 @@ class StreamingEngine:
         The driver WAL's epoch writer is connected meanwhile, in the background, so
         that a takeover does not wait for it."""
         self._follow()
-        wal = self._standby_wal
-        if wal is not None:
-            threading.Thread(target=self._prepare_epoch, args=(wal,),
-                             name="driver-wal-prepare", daemon=True).start()
+        ha = self.config.ha
+        threading.Thread(target=self._standby.prepare_epoch,
+                         args=(ha.takeover_timeout_s if ha is not None else 30.0,),
+                         name="driver-wal-prepare", daemon=True).start()
 
     def _follow(self) -> None:
         with self._recover_lock:
-            if self._tail is not None or self._tracker is not None:
-                return
-            self._tail = self._follow_driver_wal().start()
-
-    def _prepare_epoch(self, wal: WriteAheadLog) -> None:
-        try:
-            ha = self.config.ha
-            wal.prepare_epoch(ha.takeover_timeout_s if ha is not None else 30.0)
-        except Exception as exc:  # only slower: begin_epoch connects it itself
-            log.warning("standby: the driver WAL's epoch writer is not ready: %s", exc)
-
-    def _follow_driver_wal(self) -> TrackerTail:
-        wal = self._standby_wal = self._driver_wal()
-        tracker = ReceivedBlockTracker(self._stream_ids, wal, recover_from_wal=False)
-        return TrackerTail(tracker, wal.follow())
+            if self._tracker is None:
+                self._standby.follow()
 
     def take_over(self, epoch: int, timeout_s: float, claimed_at_s: float | None = None,
                   old_leader_last_seen_s: float | None = None) -> None:
@@ -355,32 +325,13 @@ class StreamingEngine:
            ``claimed_at_s``, wall seconds, when given, and from the old leader's last
            renewal read, ``old_leader_last_seen_s``); :meth:`start` follows.
 
-        A follower that found a write out of order in 1 (``FollowGapError``) is not
-        trusted: the tracker is then rebuilt by a replay of the whole chain."""
+        Steps 1-3 are :meth:`StandbyTracker.lead`."""
         self._follow()  # a leader from the start replays through the same path
-        tail, wal = self._tail, self._standby_wal
-        assert tail is not None and wal is not None
-        try:
-            tail.finish(timeout_s)                                             # 1
-        except FollowGapError as exc:
-            log.warning("takeover: the driver WAL tail met a write out of order (%s); "
-                        "replaying the whole log instead", exc)
-            tail.close()
-            wal.close()
-            tail = self._follow_driver_wal()
-            wal = self._standby_wal
-            assert wal is not None
-            tail.finish(timeout_s)
-        wal.begin_epoch(epoch, tail.follower)                                  # 2
-        tail.follower.close()
-        self._tail = None
-        kill_point("ha.after_link")  # the epoch's log linked, EpochStarted not logged
-        tail.tracker.start_epoch(epoch)                                        # 3
-        kill_point("ha.after_epoch_started")  # nothing runs yet: no endpoint, no batch
+        tracker = self._standby.lead(epoch, timeout_s)                         # 1-3
         self.epoch = epoch
-        record_recovery(self.metrics, tail.tracker, self._stream_ids)
+        record_recovery(self.metrics, tracker, self._stream_ids)
         with self._recover_lock:
-            self._build_generator(tail.tracker)                                # 4
+            self._build_generator(tracker)                                     # 4
         if claimed_at_s is not None:
             self.generator.restart_log.took_over(claimed_at_s, old_leader_last_seen_s)
 
@@ -565,12 +516,12 @@ class StreamingEngine:
             if self._receiver_tracker is not None:
                 self._receiver_tracker.stop()
             self.bus.stop()
-            if self._tail is not None:
-                self._tail.close()
             if self._tracker is not None:
-                self._tracker.stop()
-            elif self._standby_wal is not None:
-                self._standby_wal.close()
+                if self._standby.tail is not None:
+                    self._standby.tail.close()
+                self._tracker.stop()  # closes the WAL a takeover continued
+            else:
+                self._standby.close()
         finally:
             self._stopped.set()
             self._wake.set()

@@ -17,9 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from walstream.driver.scheduler.received_block_tracker import ReceivedBlockTracker
+from walstream.killpoints import kill_point
+from walstream.wal.base import WriteAheadLog
+from walstream.wal.errors import FollowGapError
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +92,73 @@ class TrackerTail:
         self._stop.set()
         self._thread.join(POLL_WAIT_S * 5)
         self.follower.close()
+
+
+class StandbyTracker:
+    """A hot standby's driver WAL and its tail, from standing by to the takeover.
+
+    ``open_wal()`` opens the driver WAL (its chain of epoch logs); ``stream_ids`` are
+    the tracker's streams. :meth:`follow` replays the log and follows it;
+    :meth:`lead` finishes the tail and cuts the log for a new epoch (takeover steps
+    1-3 of :meth:`~walstream.driver.engine.StreamingEngine.take_over`)."""
+
+    def __init__(self, open_wal: Callable[[], WriteAheadLog], stream_ids: list[int]) -> None:
+        self._open_wal = open_wal
+        self._stream_ids = stream_ids
+        self.wal: WriteAheadLog | None = None
+        self.tail: TrackerTail | None = None
+
+    def follow(self) -> None:
+        """Replay the driver WAL into a tracker and follow it from there (once)."""
+        if self.tail is None:
+            self.tail = self._tail().start()
+
+    def _tail(self) -> TrackerTail:
+        wal = self.wal = self._open_wal()
+        tracker = ReceivedBlockTracker(self._stream_ids, wal, recover_from_wal=False)
+        return TrackerTail(tracker, wal.follow())
+
+    def prepare_epoch(self, timeout_s: float) -> None:
+        """Connect the epoch writer a takeover will use (only slower if this fails:
+        ``begin_epoch`` connects it itself)."""
+        wal = self.wal
+        if wal is None:
+            return
+        try:
+            wal.prepare_epoch(timeout_s)
+        except Exception as exc:
+            log.warning("standby: the driver WAL's epoch writer is not ready: %s", exc)
+
+    def lead(self, epoch: int, timeout_s: float) -> ReceivedBlockTracker:
+        """Finish the tail (1), begin ``epoch``'s log after what it read (2) and log
+        the epoch's cut (3); the tracker then holds everything the old leader logged
+        before the cut. A follower that met a write out of order in 1
+        (``FollowGapError``) is not trusted: the whole chain is replayed instead."""
+        self.follow()
+        tail, wal = self.tail, self.wal
+        assert tail is not None and wal is not None
+        try:
+            tail.finish(timeout_s)                                             # 1
+        except FollowGapError as exc:
+            log.warning("takeover: the driver WAL tail met a write out of order (%s); "
+                        "replaying the whole log instead", exc)
+            tail.close()
+            wal.close()
+            tail = self._tail()
+            wal = self.wal
+            assert wal is not None
+            tail.finish(timeout_s)
+        wal.begin_epoch(epoch, tail.follower)                                  # 2
+        tail.follower.close()
+        self.tail = None
+        kill_point("ha.after_link")  # the epoch's log linked, EpochStarted not logged
+        tail.tracker.start_epoch(epoch)                                        # 3
+        kill_point("ha.after_epoch_started")  # nothing runs yet: no endpoint, no batch
+        return tail.tracker
+
+    def close(self) -> None:
+        """Stop following and close the WAL (a standby that never took over)."""
+        if self.tail is not None:
+            self.tail.close()
+        if self.wal is not None:
+            self.wal.close()

@@ -4,6 +4,8 @@ read of a WAL whose total is known."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,3 +56,19 @@ def wal_extent(wal: WriteAheadLog) -> Extent | None:
     if replay is None or replay.total is None:
         return None
     return Extent(replay.consumed, replay.total)
+
+
+#: Where a driver writes its tracker state right after a replay (chaos tests).
+RECOVERED_STATE_ENV = "WALSTREAM_RECOVERED_STATE_FILE"
+
+
+def dump_recovered_state(state: TrackerState) -> None:
+    """For chaos tests: the tracker state right after the replay, before any batch,
+    written to ``$WALSTREAM_RECOVERED_STATE_FILE`` when set (compared with what
+    ``walstream inspect`` printed for the dead driver)."""
+    path = os.environ.get(RECOVERED_STATE_ENV)
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(state.to_json(), f, sort_keys=True)
+        os.replace(tmp, path)
