@@ -79,8 +79,7 @@ def _report_role(ssc: Any) -> None:
     path = os.environ.get("PEER_ROLES", "")
     if not path:
         return
-    ha = getattr(ssc, "_ha", None)  # the benchmark app reports its role, as ha_app does
-    role = str(ha.role) if ha is not None else "none"
+    role = ssc.ha_role  # the benchmark app reports its role, as ha_app does
     with open(path, "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "role": role, "wall": time.time()}) + "\n")
 

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from walstream import broker, procs
 from walstream.driver import KafkaSink, KafkaUtils, StreamingContext, read_exactly_once
-from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP
+from walstream.driver.app_conf import CONF_BOOTSTRAP
 from walstream.driver.spark import create_spark_context
 from walstream.kafka_logging import with_logger
 from walstream.testing import wait_until

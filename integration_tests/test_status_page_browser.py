@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from walstream.driver import StreamingContext
-from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP
+from walstream.driver.app_conf import CONF_BOOTSTRAP
 from walstream.driver.spark import create_spark_context
 from walstream.receiver.rate_receiver import RateGeneratorReceiver
 from walstream.testing import wait_until

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 import os
-import re
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -31,6 +28,7 @@ from walstream.checkpoint.errors import CheckpointFencedError
 from walstream.checkpoint.files import write_clean_mark
 from walstream.checkpoint.storage import prepare_directory
 from walstream.checkpoint.writer import CheckpointWriter
+from walstream.driver.app_conf import app_id_for, resolve_bootstrap
 from walstream.driver.driver_gc import PeriodicDriverGC
 from walstream.driver.dstream.block_rdd import union_rdds
 from walstream.driver.dstream.driver_read_inputs import (
@@ -55,7 +53,7 @@ from walstream.driver.durations import to_ms
 from walstream.driver.engine import StreamingEngine
 from walstream.driver.engine_config import EngineConfig
 from walstream.driver.errors import JobFailedError
-from walstream.driver.ha.takeover import HighAvailabilityMixin
+from walstream.driver.ha.takeover import Takeover
 from walstream.driver.python_sockets import prefer_unix_sockets
 from walstream.driver.scheduler.listener import StreamingListener
 from walstream.driver.ui.status_server import state_file_dir
@@ -66,28 +64,10 @@ from walstream.log_format import apply_log_format
 
 log = logging.getLogger(__name__)
 
-CONF_BOOTSTRAP = "spark.walstream.kafka.bootstrapServers"
 #: How long awaitTermination lets a context stopping on an error finish stopping.
 FATAL_STOP_WAIT_S = 30.0
 #: How long it waits for that stop to begin (it begins right after the error).
 FATAL_STOP_APPEARS_S = 2.0
-CONF_APP_ID = "spark.walstream.appId"
-
-
-def resolve_bootstrap(conf: dict[str, str]) -> str:
-    from walstream import broker
-
-    value = conf.get(CONF_BOOTSTRAP) or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if value:
-        return value
-    running = broker.bootstrap_servers()
-    if running:
-        return running
-    port = int(os.environ.get("WALSTREAM_BROKER_PORT", broker.DEFAULT_PORT))
-    state = broker.start(port=port)
-    log.warning("started the embedded Kafka broker at %s (stop it with `walstream broker "
-                "stop`)", state.bootstrap)
-    return state.bootstrap
 
 
 class StreamingContextState(StrEnum):
@@ -98,7 +78,7 @@ class StreamingContextState(StrEnum):
     STOPPED = "stopped"
 
 
-class StreamingContext(HighAvailabilityMixin):
+class StreamingContext:
     """PySpark's StreamingContext: ``StreamingContext(sparkContext, batchDuration)``."""
 
     _active: ClassVar[StreamingContext | None] = None
@@ -122,6 +102,7 @@ class StreamingContext(HighAvailabilityMixin):
         self._receiver_count = 0
         self._recovered: CheckpointData | None = None  # set by getOrCreate (resume_from)
         self._checkpoint_writer: CheckpointWriter | None = None
+        self._takeover: Takeover | None = None  # under high availability
         self._graph_bytes: bytes | bool | None = False  # False: not pickled yet
         self._stopped_on_error = False  # stopped by the engine's fatal error, not by stop()
         self._fatal_stops: dict[int, threading.Thread] = {}  # id(error) -> its stop
@@ -203,15 +184,7 @@ class StreamingContext(HighAvailabilityMixin):
         return {k: v for k, v in self._sc.getConf().getAll()}
 
     def _app_id(self, conf: dict[str, str]) -> str:
-        if conf.get(CONF_APP_ID):
-            return conf[CONF_APP_ID]
-        if self._checkpoint_dir:
-            where = self._checkpoint_dir if "://" in self._checkpoint_dir \
-                else os.path.abspath(self._checkpoint_dir)
-            digest = hashlib.sha1(where.encode()).hexdigest()
-            return f"app-{digest[:12]}"
-        name = re.sub(r"[^A-Za-z0-9._-]", "-", str(self._sc.appName))[:60] or "app"
-        return f"{name}-{uuid.uuid4().hex[:8]}"
+        return app_id_for(conf, self._checkpoint_dir, str(self._sc.appName))
 
     def start(self) -> None:
         """Start the streams. The steps run in the order the durability protocol needs:
@@ -252,7 +225,14 @@ class StreamingContext(HighAvailabilityMixin):
                     "standby takes over the leader's pending batches and state from it")
             warm_up_workers(self._sc, conf)
             if cfg.ha is not None:
-                self._start_highly_available(cfg, conf)
+                self._engine = self._build_engine(cfg)
+                self._takeover = Takeover(
+                    self._sc, self._graph, self._checkpoint_dir, self._recovered,
+                    recovery_view=self.recovery_view, run_engine=self._run_engine,
+                    use_checkpoint_writer=self._use_checkpoint_writer,
+                    on_checkpoint_error=self._on_checkpoint_error,
+                    on_lost=self._on_lease_lost)
+                self._takeover.start(self._engine, cfg, conf)
             else:
                 self._engine = self._build_engine(cfg)                  # 4
                 self._engine.recover()                                  # 5
@@ -369,6 +349,33 @@ class StreamingContext(HighAvailabilityMixin):
         thread.start()
         self._fatal_stops[id(exc)] = thread  # once started: awaitTermination joins it
 
+    @property
+    def ha_role(self) -> str:
+        """``leader`` or ``standby`` under high availability once started, else ``none``."""
+        return self._takeover.role if self._takeover is not None else "none"
+
+    def _use_checkpoint_writer(self, writer: CheckpointWriter) -> None:
+        self._checkpoint_writer = writer
+
+    def _on_lease_lost(self, exc: BaseException) -> None:
+        """This driver no longer leads (fenced, or it could not renew) or could not take
+        over: ``awaitTermination`` raises ``exc`` and the context stops; nothing it
+        would still write counts (the epoch cuts)."""
+        engine = self._engine
+        if engine is not None:
+            # At once, on the thread that saw the lease end: a job in flight must not
+            # complete its output operation after another leader may have run it.
+            try:
+                self._sc.cancelAllJobs()
+            except Exception:
+                log.exception("high availability: cancelling the running jobs failed")
+            engine.scheduler.report_error("high availability", exc, original=True)
+        self._stop_on_fatal_error(exc)
+
+    def _stop_takeover(self) -> None:
+        if self._takeover is not None:
+            self._takeover.stop()
+
     def _on_checkpoint_error(self, exc: BaseException) -> None:
         if isinstance(exc, CheckpointFencedError):
             self._on_lease_lost(exc)  # a newer leader fenced the checkpoints
@@ -447,13 +454,12 @@ class StreamingContext(HighAvailabilityMixin):
                     self._stopped_on_error = False
                     self._sc.stop()
                 return
-            ha = self._ha
-            leading = ha is not None and ha.role == "leader"
+            leading = self.ha_role == "leader"
             try:
                 if not leading:
                     # A standby stops watching first: it must not take over while
                     # it stops.
-                    self._stop_highly_available()
+                    self._stop_takeover()
                 if self._driver_gc is not None:
                     self._driver_gc.stop()
                 if self._engine is not None:
@@ -472,7 +478,7 @@ class StreamingContext(HighAvailabilityMixin):
                     kill_point("ha.before_release")
             finally:
                 if leading:
-                    self._stop_highly_available()
+                    self._stop_takeover()
                 self._close_direct_streams()
                 self._state = StreamingContextState.STOPPED
                 if StreamingContext._active is self:

@@ -2,9 +2,10 @@
 (driver/ha/high_availability.py): how ``start()`` becomes a leader or a hot
 standby, and what a new leader does before its first batch.
 
-Kept apart from driver/dstream/streaming_context.py, whose ``StreamingContext`` mixes
-:class:`HighAvailabilityMixin` in; nothing here runs without
-``spark.walstream.ha.enabled=true``.
+A ``StreamingContext`` started with ``spark.walstream.ha.enabled=true`` holds one
+:class:`Takeover`, which it gives what a takeover needs of it (its SparkContext and
+graph, its checkpoint directory, how to run the engine from a checkpoint); nothing
+here runs without high availability.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from walstream.checkpoint.data import CheckpointData
@@ -30,6 +32,7 @@ from walstream.killpoints import kill_point
 
 if TYPE_CHECKING:
     from walstream.driver.dstream.graph import DStreamGraph
+    from walstream.driver.dstream.recovery import ContextView
     from walstream.driver.engine import StreamingEngine
 
 log = logging.getLogger(__name__)
@@ -38,42 +41,57 @@ log = logging.getLogger(__name__)
 CHECKPOINT_RELOAD_S = 5.0
 
 
-class HighAvailabilityMixin:
-    """Leader-or-standby start and the takeover steps 2-5 of driver/ha/high_availability.py."""
+class Takeover:
+    """Leader-or-standby start and the takeover steps 2-5 of
+    driver/ha/high_availability.py, for one StreamingContext.
 
-    _engine: StreamingEngine | None
-    _graph: DStreamGraph
-    _checkpoint_dir: str | None
-    _checkpoint_writer: CheckpointWriter | None
-    _recovered: CheckpointData | None
-    _ha: HighAvailability | None = None
-    _ha_lock: threading.Lock
-    _ha_standing_by: threading.Event | None = None
-    _sc: Any
+    ``recovered`` is the checkpoint the context would restore (a restart's); while
+    standing by, :attr:`recovered` follows the leader's newest compatible one.
+    ``run_engine(data, conf)`` restores ``data`` and starts the engine;
+    ``use_checkpoint_writer(writer)`` gives the context the new leader's writer;
+    ``on_lost(error)`` stops the context because it no longer leads."""
 
-    if TYPE_CHECKING:  # provided by StreamingContext
-        def _build_engine(self, cfg: EngineConfig) -> StreamingEngine: ...
-        def _run_engine(self, data: CheckpointData | None, conf: dict[str, str]) -> None: ...
-        def _on_checkpoint_error(self, exc: BaseException) -> None: ...
-        def _stop_on_fatal_error(self, exc: BaseException) -> None: ...
-        def recovery_view(self) -> Any: ...
+    def __init__(self, sc: Any, graph: DStreamGraph, checkpoint_dir: str | None,
+                 recovered: CheckpointData | None, *,
+                 recovery_view: Callable[[], ContextView],
+                 run_engine: Callable[[CheckpointData | None, dict[str, str]], None],
+                 use_checkpoint_writer: Callable[[CheckpointWriter], None],
+                 on_checkpoint_error: Callable[[BaseException], None],
+                 on_lost: Callable[[BaseException], None]) -> None:
+        self._sc = sc
+        self._graph = graph
+        self._checkpoint_dir = checkpoint_dir
+        self.recovered = recovered
+        self._recovery_view = recovery_view
+        self._run_engine = run_engine
+        self._use_checkpoint_writer = use_checkpoint_writer
+        self._on_checkpoint_error = on_checkpoint_error
+        self._on_lost = on_lost
+        self._engine: StreamingEngine | None = None
+        self.ha: HighAvailability | None = None
+        self._lock = threading.Lock()
+        self._standing_by: threading.Event | None = None
 
-    def _start_highly_available(self, cfg: EngineConfig, conf: dict[str, str]) -> None:
-        """Build the engine, then lead (takeover steps run now) or stand by."""
+    @property
+    def role(self) -> str:
+        """``leader`` or ``standby`` once started (``none`` before)."""
+        return self.ha.role if self.ha is not None else "none"
+
+    def start(self, engine: StreamingEngine, cfg: EngineConfig, conf: dict[str, str]) -> None:
+        """Lead over ``engine`` (takeover steps run now) or stand by."""
         assert cfg.ha is not None
-        self._ha_lock = threading.Lock()
-        engine = self._engine = self._build_engine(cfg)
-        self._ha = HighAvailability(
+        self._engine = engine
+        self.ha = HighAvailability(
             cfg.ha, cfg.bootstrap_servers, conf,
             lead=lambda epoch: self._lead(epoch, conf), stand_by=engine.stand_by,
-            on_lost=self._on_lease_lost, floor=self._epoch_floor)
-        role = self._ha.start()
+            on_lost=self._on_lost, floor=self._epoch_floor)
+        role = self.ha.start()
         log.info("high availability: this driver is the %s", role)
         if role == "standby":
-            stop = self._ha_standing_by = threading.Event()
+            stop = self._standing_by = threading.Event()
             keep_warm(self._sc, conf, stop)
             if self._checkpoint_dir is not None:
-                threading.Thread(target=self._reload_checkpoints, args=(stop,),
+                threading.Thread(target=self.reload_checkpoints, args=(stop,),
                                  daemon=True, name="ha-checkpoint-reload").start()
 
     def _epoch_floor(self) -> int:
@@ -88,7 +106,7 @@ class HighAvailabilityMixin:
             floor = max(floor, highest_fence(self._checkpoint_dir))
         return floor
 
-    def _reload_checkpoints(self, stop: threading.Event) -> None:
+    def reload_checkpoints(self, stop: threading.Event) -> None:
         """While standing by, keep the newest checkpoint the leader wrote read and
         checked against this process's graph: a standby whose code cannot restore
         the leader's checkpoints stops now, with the reason, instead of failing at
@@ -104,20 +122,20 @@ class HighAvailabilityMixin:
             if data is None:
                 continue
             error: BaseException | None = None
-            with self._ha_lock:
+            with self._lock:
                 if stop.is_set():
                     return
                 try:
-                    self._adopt(data)
+                    self.adopt(data)
                 except Exception as exc:
                     error = exc
             if error is not None:
                 log.error("standby: this application cannot restore the leader's "
                           "checkpoint of %d: %s", data.checkpoint_time_ms, error)
-                self._on_lease_lost(error)
+                self._on_lost(error)
                 return
 
-    def _adopt(self, data: CheckpointData) -> None:
+    def adopt(self, data: CheckpointData) -> None:
         """Make ``data`` the checkpoint to restore, once checked against this graph
         (raises if it cannot be restored); the one held already is not checked again.
 
@@ -126,19 +144,19 @@ class HighAvailabilityMixin:
         pending batches and newer state), and a takeover must restore the newest
         content the fence admits, or it re-runs done batches on state that is not
         theirs."""
-        have = self._recovered
+        have = self.recovered
         if have is not None and have == data:
             return
-        check_compatible(self.recovery_view(), data)
-        self._recovered = data
+        check_compatible(self._recovery_view(), data)
+        self.recovered = data
 
     def _lead(self, epoch: int, conf: dict[str, str]) -> None:
         """Takeover steps 2-5 of driver/ha/high_availability.py for ``epoch`` (won in step 1)."""
-        engine, ha = self._engine, self._ha
+        engine, ha = self._engine, self.ha
         assert engine is not None and ha is not None
-        if self._ha_standing_by is not None:
-            self._ha_standing_by.set()  # no more keep-warm jobs or checkpoint reads
-        with self._ha_lock:
+        if self._standing_by is not None:
+            self._standing_by.set()  # no more keep-warm jobs or checkpoint reads
+        with self._lock:
             # Each kill point below leaves a takeover half done; the next claimant
             # takes over from there (integration_tests/test_ha_kill_points.py).
             kill_point("ha.after_claim")
@@ -156,17 +174,17 @@ class HighAvailabilityMixin:
                             timeout_s=timeout_s)
             steps.append(time.monotonic())
             kill_point("ha.after_sink_fence")
-            data = self._recovered
+            data = self.recovered
             if self._checkpoint_dir is not None:                                # 3
                 write_fence(self._checkpoint_dir, epoch)
-                self._checkpoint_writer = CheckpointWriter(
-                    self._checkpoint_dir, on_error=self._on_checkpoint_error, epoch=epoch)
+                self._use_checkpoint_writer(CheckpointWriter(
+                    self._checkpoint_dir, on_error=self._on_checkpoint_error, epoch=epoch))
                 # The newest checkpoint the fence admits: the old leader may have
                 # written several since this process read one at its start.
                 data = read_latest(self._checkpoint_dir)
                 if data is not None:
-                    self._adopt(data)
-                    data = self._recovered
+                    self.adopt(data)
+                    data = self.recovered
             steps.append(time.monotonic())
             kill_point("ha.after_checkpoint_fence")
             engine.take_over(epoch, timeout_s, claimed_at_s,                     # 4
@@ -178,24 +196,10 @@ class HighAvailabilityMixin:
                      "fenced %.2f s, driver WAL read and cut %.2f s, state restored and "
                      "started %.2f s", epoch, *(b - a for a, b in itertools.pairwise(steps)))
 
-    def _on_lease_lost(self, exc: BaseException) -> None:
-        """This driver no longer leads (fenced, or it could not renew) or could not take
-        over: ``awaitTermination`` raises ``exc`` and the context stops; nothing it
-        would still write counts (the epoch cuts)."""
-        engine = self._engine
-        if engine is not None:
-            # At once, on the thread that saw the lease end: a job in flight must not
-            # complete its output operation after another leader may have run it.
-            try:
-                self._sc.cancelAllJobs()
-            except Exception:
-                log.exception("high availability: cancelling the running jobs failed")
-            engine.scheduler.report_error("high availability", exc, original=True)
-        self._stop_on_fatal_error(exc)
-
-    def _stop_highly_available(self) -> None:
-        if self._ha_standing_by is not None:
-            self._ha_standing_by.set()
-        ha, self._ha = self._ha, None
+    def stop(self) -> None:
+        """Stop standing by, or release the lease (once)."""
+        if self._standing_by is not None:
+            self._standing_by.set()
+        ha, self.ha = self.ha, None
         if ha is not None:
             ha.stop()

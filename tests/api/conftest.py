@@ -15,7 +15,7 @@ import pytest
 
 from tests.api.helpers import BATCH
 from walstream.driver import StreamingContext
-from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP
+from walstream.driver.app_conf import CONF_BOOTSTRAP
 from walstream.driver.spark import create_spark_context
 from walstream.testing.fixtures import KafkaBroker
 

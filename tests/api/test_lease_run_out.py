@@ -52,7 +52,8 @@ def test_a_lease_run_out_mid_output_cancels_its_job_and_its_write_never_happens(
     ssc.start()
     wait_until(lambda: any(e[0] == "started" for e in EVENTS), 60, "an output to start",
                poll_s=0.02)
-    lease = ssc._ha.lease  # type: ignore[union-attr]
+    assert ssc._takeover is not None and ssc._takeover.ha is not None
+    lease = ssc._takeover.ha.lease
     assert lease is not None and lease.held
 
     def cut(*_: object) -> None:

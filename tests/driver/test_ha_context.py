@@ -1,6 +1,7 @@
 """A standby keeps the newest checkpoint read and checked while it stands by
-(driver/ha/takeover.py): a newer compatible one replaces the one it started with; one
-its graph cannot restore stops it at once with the reason, not at its takeover."""
+(driver/ha/takeover.py, :class:`Takeover`): a newer compatible one replaces the one
+it started with; one its graph cannot restore stops it at once with the reason, not
+at its takeover."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from walstream.checkpoint.data import CheckpointData, StateRdd
 from walstream.checkpoint.files import read_latest, write_checkpoint
 from walstream.driver.dstream.recovery import ContextView, IncompatibleGraphError
 from walstream.driver.ha import takeover as ha_context
-from walstream.driver.ha.takeover import HighAvailabilityMixin
+from walstream.driver.ha.takeover import Takeover
 
 SHAPE = ("receiver:R#0()", "updateStateByKey#1(0)", "output:foreachRDD#2(1)")
 
@@ -33,23 +34,28 @@ class Graph:
         return self._shape
 
 
-class Standby(HighAvailabilityMixin):
-    """The mixin's standby side over a real checkpoint directory, without Spark."""
+class Standby:
+    """A :class:`Takeover` standing by over a real checkpoint directory, without Spark;
+    ``stopped`` holds what it stopped the context for."""
 
     def __init__(self, directory: Path, recovered: CheckpointData) -> None:
-        self._checkpoint_dir = str(directory)
-        self._recovered = recovered
-        self._engine = None
-        self._ha_lock = threading.Lock()
         self.stopped: list[BaseException] = []
-        self.view = ContextView(graph=Graph("0123456789abcdef", SHAPE),  # type: ignore[arg-type]
-                                batch_ms=1000, conf={}, checkpoint_dir=str(directory))
+        view = ContextView(graph=Graph("0123456789abcdef", SHAPE),  # type: ignore[arg-type]
+                           batch_ms=1000, conf={}, checkpoint_dir=str(directory))
+        self.takeover = Takeover(
+            None, None, str(directory), recovered,  # type: ignore[arg-type]
+            recovery_view=lambda: view, run_engine=_never, use_checkpoint_writer=_never,
+            on_checkpoint_error=_never, on_lost=self.stopped.append)
+        self._reload_checkpoints = self.takeover.reload_checkpoints
+        self._adopt = self.takeover.adopt
 
-    def recovery_view(self) -> Any:
-        return self.view
+    @property
+    def _recovered(self) -> CheckpointData | None:
+        return self.takeover.recovered
 
-    def _stop_on_fatal_error(self, exc: BaseException) -> None:
-        self.stopped.append(exc)
+
+def _never(*args: Any) -> None:
+    raise AssertionError(f"not while standing by: {args}")
 
 
 def _until(cond: Any, within_s: float = 10.0) -> bool:
@@ -149,8 +155,7 @@ def test_a_leader_releases_its_lease_only_after_its_receivers_stopped(role: str)
     ssc = StreamingContext.__new__(StreamingContext)
     ssc._state = StreamingContextState.ACTIVE
     ssc._stopped_on_error = False
-    ssc._ha = _Recorder(calls, role)  # type: ignore[assignment]
-    ssc._ha_standing_by = None
+    ssc._takeover = _Recorder(calls, role)  # type: ignore[assignment]
     ssc._driver_gc = None
     ssc._engine = _Recorder(calls)  # type: ignore[assignment]
     ssc._checkpoint_writer = None

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP, resolve_bootstrap
+from walstream.driver.app_conf import CONF_BOOTSTRAP, resolve_bootstrap
 from walstream.driver.engine_config import EngineConfig
 from walstream.driver.receiver_tracker.tracker import ReceiverTracker
 from walstream.driver.scheduler.driver_wal import open_driver_wal

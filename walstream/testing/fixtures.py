@@ -161,7 +161,7 @@ def walstream_session(bootstrap: str, app_name: str) -> Iterator[Any]:
 
     import walstream
     import walstream.structured.registry as registry
-    from walstream.driver.dstream.streaming_context import CONF_BOOTSTRAP
+    from walstream.driver.app_conf import CONF_BOOTSTRAP
     from walstream.driver.spark import create_spark_context
 
     sc = create_spark_context(app_name, "local[3]", {CONF_BOOTSTRAP: bootstrap,

@@ -145,8 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     # received processed, then the lease released) and exit 0.
     signal.signal(signal.SIGTERM, lambda *_: stop_asked.set())
     ssc.start()
-    ha = ssc._ha  # the test app reports its role
-    role = ha.role if ha is not None else "none"
+    role = ssc.ha_role  # the test app reports its role
     with open(args.out / "roles.jsonl", "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "role": role, "wall": time.time()}) + "\n")
     while not stop_asked.is_set():
