@@ -35,7 +35,7 @@ from walstream.driver.ha.lease_log import (
 from walstream.errors import ConfigError, WalStreamError
 from walstream.testing import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.timeout(60)
 
 
